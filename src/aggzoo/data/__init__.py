@@ -1,0 +1,1 @@
+"""Datasets in their real on-disk formats, transforms and samplers."""

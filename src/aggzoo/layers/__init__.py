@@ -1,0 +1,1 @@
+"""Small reusable pieces shared by heads: pooling, Sinkhorn, attention, norms."""

