@@ -1,0 +1,115 @@
+"""albumentations pipelines: training augmentation and evaluation resize + normalise.
+
+Both return a callable ``rgb uint8 [H, W, 3] -> float tensor [3, H', W']``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+
+import albumentations as A  # noqa: E402
+import cv2  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "train_transform", "eval_transform", "Transform"]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+Transform = Callable[[np.ndarray], torch.Tensor]
+
+_INTERPOLATION = {
+    "nearest": cv2.INTER_NEAREST,
+    "bilinear": cv2.INTER_LINEAR,
+    "bicubic": cv2.INTER_CUBIC,
+    "area": cv2.INTER_AREA,
+}
+
+
+class _Pipeline:
+    """albumentations ``Compose`` followed by HWC float -> CHW tensor (picklable for workers)."""
+
+    def __init__(self, compose: A.Compose) -> None:
+        self.compose = compose
+
+    def __call__(self, image: np.ndarray) -> torch.Tensor:
+        out = self.compose(image=image)["image"]
+        return torch.from_numpy(np.ascontiguousarray(out.transpose(2, 0, 1)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.compose!r})"
+
+
+def _resize(size: Sequence[int], interpolation: str) -> A.BasicTransform:
+    height, width = int(size[0]), int(size[1])
+    if interpolation not in _INTERPOLATION:
+        raise ValueError(f"interpolation must be one of {sorted(_INTERPOLATION)}, got {interpolation!r}")
+    return A.Resize(height=height, width=width, interpolation=_INTERPOLATION[interpolation])
+
+
+def eval_transform(
+    image_size: Sequence[int],
+    *,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+    interpolation: str = "bicubic",
+) -> Transform:
+    """Resize to ``image_size = (H, W)`` and normalise.
+
+    Bicubic by default, as the published VPR protocols (SALAD, BoQ) evaluate. When shrinking,
+    OpenCV's area interpolation is used instead because it is the anti-aliased choice.
+    """
+    return _Pipeline(A.Compose([
+        _AntialiasedResize(image_size, interpolation),
+        A.Normalize(mean=tuple(mean), std=tuple(std), max_pixel_value=255.0),
+    ]))
+
+
+class _AntialiasedResize(A.ImageOnlyTransform):
+    """Resize that averages (INTER_AREA) when shrinking by more than 2x, so small images are not
+    aliased, and interpolates with the requested kernel otherwise."""
+
+    def __init__(self, size: Sequence[int], interpolation: str) -> None:
+        super().__init__(p=1.0)
+        self.size = (int(size[0]), int(size[1]))
+        self.interpolation = _INTERPOLATION[interpolation]
+
+    def apply(self, img: np.ndarray, **params: object) -> np.ndarray:
+        height, width = self.size
+        shrink = min(img.shape[0] / height, img.shape[1] / width)
+        flag = cv2.INTER_AREA if shrink >= 2.0 else self.interpolation
+        return cv2.resize(img, (width, height), interpolation=flag)
+
+    def get_transform_init_args_names(self) -> tuple[str, ...]:
+        return ("size", "interpolation")
+
+
+def train_transform(
+    image_size: Sequence[int],
+    *,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+    interpolation: str = "bilinear",
+    strength: float = 1.0,
+) -> Transform:
+    """GSV-Cities-style augmentation: photometric changes (RandAugment-like), mild geometric
+    jitter, no flips (a mirrored street is a different place).
+
+    Args:
+        image_size: output ``(H, W)``.
+        strength: scales the probability of each augmentation; 0 disables augmentation.
+    """
+    p = float(strength)
+    return _Pipeline(A.Compose([
+        A.RandomResizedCrop(size=(int(image_size[0]), int(image_size[1])), scale=(0.7, 1.0),
+                            ratio=(0.8, 1.25), interpolation=_INTERPOLATION[interpolation], p=min(1.0, 0.5 * p)),
+        _resize(image_size, interpolation),
+        A.ColorJitter(brightness=0.3, contrast=0.3, saturation=0.3, hue=0.05, p=min(1.0, 0.8 * p)),
+        A.OneOf([A.GaussianBlur(blur_limit=(3, 5)), A.GaussNoise(std_range=(0.02, 0.08))], p=min(1.0, 0.3 * p)),
+        A.ToGray(p=min(1.0, 0.1 * p)),
+        A.Normalize(mean=tuple(mean), std=tuple(std), max_pixel_value=255.0),
+    ]))
