@@ -36,6 +36,9 @@ class Setup:
 VIT = Setup(backbone="test_vit", backbone_kwargs={"dynamic_img_size": True}, image_size=(160, 160))
 SETUPS: dict[str, Setup] = {
     # name of conf/head/<name>.yaml -> Setup
+    "mixvpr": Setup(head_overrides={"in_h": 8, "in_w": 8}),  # 128x128 images -> 8x8 maps at stride 16
+    "boq_dinov2": VIT,
+    "edtformer": VIT,  # reads the class token
 }
 
 
