@@ -1,0 +1,113 @@
+"""Lightning callbacks: data-driven head initialisation and the untrained-baseline measurement."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import lightning.pytorch as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["HeadDataInit", "UntrainedBaseline", "sample_local_descriptors", "kmeans", "data_init_targets"]
+
+log = logging.getLogger(__name__)
+
+
+def data_init_targets(model: nn.Module) -> list[nn.Module]:
+    """Modules that want k-means initialisation (``needs_data_init`` and ``init_from_clusters``)."""
+    return [m for m in model.modules() if getattr(m, "needs_data_init", False) and hasattr(m, "init_from_clusters")]
+
+
+@torch.no_grad()
+def sample_local_descriptors(model: nn.Module, loader: torch.utils.data.DataLoader, *,
+                             per_image: int, seed: int, device: torch.device) -> Tensor:
+    """L2-normalised local features ``[N, C]`` of the backbone's last map, ``per_image`` random
+    positions per image (all positions when the map is smaller)."""
+    gen = torch.Generator().manual_seed(seed)
+    chunks = []
+    was_training = model.training
+    model.eval()
+    try:
+        for images, _ in loader:
+            fmap = model.backbone(images.to(device)).last.float()  # [B, C, H, W]
+            local = F.normalize(fmap.flatten(2).transpose(1, 2), dim=2).cpu()  # [B, HW, C]
+            for feats in local:
+                take = torch.randperm(feats.shape[0], generator=gen)[: per_image]
+                chunks.append(feats[take])
+    finally:
+        model.train(was_training)
+    return torch.cat(chunks)
+
+
+def kmeans(descriptors: Tensor, num_clusters: int, *, niter: int = 100, seed: int = 0) -> Tensor:
+    """faiss k-means (as the NetVLAD reference code): ``[N, C] -> centroids [K, C]``."""
+    import faiss
+
+    if descriptors.shape[0] < num_clusters:
+        raise ValueError(f"k-means needs at least {num_clusters} local descriptors, got {descriptors.shape[0]}: "
+                         "sample more images for the initialisation (callbacks.head_data_init.num_images)")
+    data = np.ascontiguousarray(descriptors.numpy().astype(np.float32))
+    km = faiss.Kmeans(data.shape[1], num_clusters, niter=niter, seed=seed, verbose=False)
+    km.train(data)
+    return torch.from_numpy(km.centroids.copy())
+
+
+class HeadDataInit(L.Callback):
+    """Initialise heads from data (NetVLAD centroids, ImAge tokens) before the first step.
+
+    Samples ``descriptors_per_image`` local features from each of ``num_images`` training images
+    (the reference NetVLAD code uses ~50k descriptors, ~100 per image), clusters them with faiss
+    k-means and calls ``init_from_clusters(centroids, descriptors)`` on every module that asks for
+    it. Skipped when the run resumes from a checkpoint, whose weights are already trained.
+    """
+
+    def __init__(self, *, num_images: int = 500, descriptors_per_image: int = 100, niter: int = 100,
+                 seed: int = 0) -> None:
+        self.num_images = num_images
+        self.descriptors_per_image = descriptors_per_image
+        self.niter = niter
+        self.seed = seed
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        targets = data_init_targets(pl_module.model)
+        if not targets or trainer.ckpt_path is not None:
+            return
+        start = time.perf_counter()
+        loader = trainer.datamodule.feature_sample_dataloader(self.num_images, seed=self.seed)
+        descriptors = sample_local_descriptors(pl_module.model, loader, per_image=self.descriptors_per_image,
+                                               seed=self.seed, device=pl_module.device)
+        for target in targets:
+            centroids = kmeans(descriptors, target.num_clusters, niter=self.niter, seed=self.seed)
+            target.init_from_clusters(centroids.to(pl_module.device), descriptors.to(pl_module.device))
+        log.info("data-driven init of %s from %d local descriptors in %.1fs",
+                 [type(t).__name__ for t in targets], descriptors.shape[0], time.perf_counter() - start)
+
+
+class UntrainedBaseline(L.Callback):
+    """Measures the model as it is before its first optimisation step (after any data-driven
+    initialisation) on the test sets: the "untrained baseline" of the same backbone and head.
+
+    Skipped when resuming from a checkpoint. Results land in :attr:`results`.
+    """
+
+    def __init__(self, sets: dict, transform: object, *, recall_ks: tuple[int, ...], batch_size: int,
+                 num_workers: int) -> None:
+        self.sets = sets
+        self.transform = transform
+        self.recall_ks = recall_ks
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.results: list = []
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from aggzoo.evaluation.retrieval import evaluate_retrieval
+
+        if trainer.ckpt_path is not None or not trainer.is_global_zero:
+            return
+        self.results = [
+            evaluate_retrieval(pl_module.model, s, self.transform, ks=self.recall_ks, batch_size=self.batch_size,
+                               num_workers=self.num_workers, device=pl_module.device)
+            for s in self.sets.values()]
