@@ -1,0 +1,416 @@
+"""Retrieval evaluation: descriptors -> nearest neighbours -> Recall@k.
+
+The protocol every published VPR number follows (gmberton/VPR-methods-evaluation, gsv-cities, SALAD,
+BoQ): L2-normalised global descriptors, exhaustive inner-product (= cosine = L2 ranking) search of the
+database for each query, and a query counts as correct at ``k`` when any of its first ``k`` results is a
+positive. Recall@k is over *all* queries; a query without any positive is a miss.
+
+Ties in the similarity are broken by the lower database index, so the flat FAISS index (CPU or GPU) and
+the torch fallback return the same ranking.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
+
+try:  # FAISS is an optional dependency (extras cpu / gpu); torch covers exact search without it.
+    import faiss
+except ImportError:  # pragma: no cover - exercised only where faiss is not installed
+    faiss = None
+
+__all__ = [
+    "RetrievalResult",
+    "extract_descriptors",
+    "search",
+    "search_with_scores",
+    "first_correct_rank",
+    "recall_curve",
+    "recall_at_k",
+    "evaluate_retrieval",
+    "result_from_predictions",
+    "faiss_available",
+]
+
+DEFAULT_KS = (1, 5, 10, 20)
+
+
+def faiss_available() -> bool:
+    return faiss is not None
+
+
+# --------------------------------------------------------------------------------------------- extraction
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for tensor in model.parameters():
+        return tensor.device
+    for tensor in model.buffers():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def extract_descriptors(
+    model: nn.Module,
+    paths: Sequence[str | Any],
+    transform: Callable[[np.ndarray], torch.Tensor],
+    *,
+    batch_size: int = 32,
+    num_workers: int = 0,
+    device: torch.device | str | None = None,
+    dtype: np.dtype | type = np.float32,
+    autocast_dtype: torch.dtype | None = None,
+) -> np.ndarray:
+    """Global descriptors of images read one batch at a time.
+
+    Memory is the ``[N, D]`` output plus one batch: images are never all loaded, and the output is
+    allocated once the first batch reveals ``D``.
+
+    Args:
+        model: ``images [B, 3, H, W] -> [B, D]``. Run in eval mode under ``torch.inference_mode``;
+            its training mode is restored afterwards.
+        paths: ``N`` image files.
+        transform: ``rgb uint8 [H, W, 3] -> float [3, H', W']`` (e.g. :func:`aggzoo.data.transforms.eval_transform`).
+        device: where to run; default the device the model's parameters are on (the model is moved
+            there if needed and moved back afterwards).
+        dtype: storage type of the result (``np.float16`` halves the memory of large databases).
+        autocast_dtype: ``torch.bfloat16`` / ``torch.float16`` to run the model under autocast.
+
+    Returns:
+        ``[N, D]`` descriptors in ``dtype``, row ``i`` for ``paths[i]``.
+    """
+    home = _model_device(model)
+    device = torch.device(device) if device is not None else home
+    was_training = model.training
+    loader = DataLoader(
+        ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+        pin_memory=device.type == "cuda", persistent_workers=False,
+    )
+    out: np.ndarray | None = None
+    model.to(device).eval()
+    try:
+        with torch.inference_mode():
+            for images, indices in loader:
+                images = images.to(device, non_blocking=True)
+                with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                    descriptors = model(images)
+                if descriptors.ndim != 2 or descriptors.shape[0] != images.shape[0]:
+                    raise ValueError(
+                        f"the model must return [B, D] descriptors, got shape {tuple(descriptors.shape)} "
+                        f"for a batch of {images.shape[0]} images"
+                    )
+                if out is None:
+                    out = np.empty((len(paths), descriptors.shape[1]), dtype=dtype)
+                out[indices.numpy()] = descriptors.float().cpu().numpy().astype(dtype, copy=False)
+    finally:
+        model.to(home)
+        model.train(was_training)
+    if out is None:
+        raise ValueError("no images to extract descriptors from (empty path list)")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- search
+
+
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _chunks(n: int, size: int) -> Sequence[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _faiss_search(
+    database: np.ndarray, queries: np.ndarray, k: int, index: str, search_params: str | None,
+    use_gpu: bool | None, train_size: int | None, seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    dim = database.shape[1]
+    cpu_index = faiss.index_factory(dim, index, faiss.METRIC_INNER_PRODUCT)
+    gpu = faiss.get_num_gpus() > 0 if use_gpu is None else use_gpu
+    if gpu and faiss.get_num_gpus() == 0:
+        raise RuntimeError("use_gpu=True but this faiss build sees no GPU (install faiss-gpu, check CUDA)")
+    if gpu:
+        resources = faiss.StandardGpuResources()
+        built = faiss.index_cpu_to_gpu(resources, 0, cpu_index)
+    else:
+        resources, built = None, cpu_index
+    if not built.is_trained:
+        rng = np.random.default_rng(seed)
+        n_train = len(database) if train_size is None else min(train_size, len(database))
+        rows = np.sort(rng.choice(len(database), size=n_train, replace=False))
+        built.train(_as_float32(database[rows]))
+    for part in _chunks(len(database), 65536):  # float16 storage stays float16 outside one chunk
+        built.add(_as_float32(database[part]))
+    if search_params:
+        params = faiss.GpuParameterSpace() if gpu else faiss.ParameterSpace()
+        params.set_index_parameters(built, search_params)
+    scores, ids = built.search(_as_float32(queries), k)
+    del resources
+    return scores, ids.astype(np.int64, copy=False)
+
+
+def _torch_search(database: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    db = torch.from_numpy(_as_float32(database))
+    all_scores, all_ids = [], []
+    for part in _chunks(len(queries), 1024):
+        sims = torch.from_numpy(_as_float32(queries[part])) @ db.T
+        scores, ids = torch.topk(sims, k, dim=1)
+        all_scores.append(scores.numpy())
+        all_ids.append(ids.numpy())
+    return np.concatenate(all_scores), np.concatenate(all_ids).astype(np.int64)
+
+
+def _order_ties_by_index(
+    scores: np.ndarray, ids: np.ndarray, k: int, database: np.ndarray, queries: np.ndarray, exact: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the best ``k`` of ``k' >= k`` candidates, equal scores ordered by database index.
+
+    For exact search, a query whose tie group may continue past the ``k'`` candidates (its last
+    candidate scores the same as its ``k``-th) is re-ranked against the whole database.
+    """
+    ids = np.where(ids < 0, np.iinfo(np.int64).max, ids)  # faiss pads with -1: rank those last
+    scores = np.where(ids == np.iinfo(np.int64).max, -np.inf, scores)
+    order = np.lexsort((ids, -scores), axis=1)
+    scores = np.take_along_axis(scores, order, axis=1)
+    ids = np.take_along_axis(ids, order, axis=1)
+    if exact and scores.shape[1] > k and scores.shape[1] < len(database):
+        ragged = np.flatnonzero(scores[:, k - 1] == scores[:, -1])
+        db32 = _as_float32(database) if ragged.size else None
+        for q in ragged:
+            row = db32 @ _as_float32(queries[q])
+            full = np.lexsort((np.arange(len(row)), -row))[:k]
+            ids[q, :k], scores[q, :k] = full, row[full]
+    ids = ids[:, :k].copy()
+    ids[ids == np.iinfo(np.int64).max] = -1
+    return scores[:, :k].copy(), ids
+
+
+def search_with_scores(
+    database: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    *,
+    index: str = "Flat",
+    search_params: str | None = None,
+    use_gpu: bool | None = None,
+    train_size: int | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`search` that also returns the ``[Q, k]`` inner products of the results."""
+    database, queries = np.asarray(database), np.asarray(queries)
+    if database.ndim != 2 or queries.ndim != 2 or database.shape[1] != queries.shape[1]:
+        raise ValueError(f"database [N, D] and queries [Q, D] must share D; got {database.shape} and {queries.shape}")
+    if not 1 <= k <= len(database):
+        raise ValueError(f"k must be in [1, {len(database)}] (the database size), got {k}")
+    exact = index.replace(" ", "") in ("Flat", "SQfp16")
+    # A few extra candidates let ties straddling the k-th place be ordered by index.
+    k_search = min(len(database), k + 8) if exact else k
+    if faiss is not None:
+        scores, ids = _faiss_search(database, queries, k_search, index, search_params, use_gpu, train_size, seed)
+    elif exact:
+        scores, ids = _torch_search(database, queries, k_search)
+    else:
+        raise ImportError(f"index {index!r} needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
+    return _order_ties_by_index(scores, ids, k, database, queries, exact)
+
+
+def search(
+    database: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    *,
+    index: str = "Flat",
+    search_params: str | None = None,
+    use_gpu: bool | None = None,
+    train_size: int | None = None,
+    seed: int = 0,
+) -> np.ndarray:
+    """Top-``k`` database rows for each query by inner product, best first.
+
+    Args:
+        database: ``[N, D]`` descriptors (float32 or float16), L2-normalised for cosine ranking.
+        queries: ``[Q, D]``.
+        k: results per query, ``1 <= k <= N``.
+        index: a FAISS ``index_factory`` string. ``"Flat"`` (default) is exact; ``"SQfp16"`` stores the
+            database in float16 (half the memory, exact up to float16 rounding); approximate ones for
+            large databases: ``"HNSW32"``, ``"IVF1024,PQ64"`` (``D`` divisible by the PQ size,
+            ``N`` >= ~39 x the list count to train), ``"IVF4096,Flat"``...
+        search_params: FAISS ``ParameterSpace`` string, e.g. ``"nprobe=32"`` or ``"efSearch=128"``.
+        use_gpu: ``None`` uses a FAISS GPU index when FAISS sees a GPU.
+        train_size: database rows sampled (with ``seed``) to train IVF/PQ indexes; default all.
+
+    Returns:
+        ``[Q, k]`` ``int64`` database indices, most similar first; equal similarities in index order
+        (approximate indexes may pad with ``-1`` when they find fewer than ``k``).
+
+    Without FAISS installed, exact search runs in torch (queries in blocks of 1024).
+    """
+    return search_with_scores(
+        database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu,
+        train_size=train_size, seed=seed,
+    )[1]
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+
+
+def first_correct_rank(predictions: np.ndarray, positives: Sequence[np.ndarray]) -> np.ndarray:
+    """Per query, the 0-based rank of the first positive among ``predictions``, or ``-1``."""
+    predictions = np.asarray(predictions)
+    if predictions.ndim != 2 or len(predictions) != len(positives):
+        raise ValueError(
+            f"predictions must be [Q, k] with one row per positive list; got {predictions.shape} "
+            f"for {len(positives)} queries"
+        )
+    ranks = np.full(len(predictions), -1, dtype=np.int64)
+    for q, (row, pos) in enumerate(zip(predictions, positives)):
+        hits = np.flatnonzero(np.isin(row, pos))
+        if hits.size:
+            ranks[q] = hits[0]
+    return ranks
+
+
+def recall_curve(predictions: np.ndarray, positives: Sequence[np.ndarray]) -> np.ndarray:
+    """Recall@k for every ``k = 1 .. predictions.shape[1]`` (``curve[k - 1]``), over all queries."""
+    ranks = first_correct_rank(predictions, positives)
+    width = np.asarray(predictions).shape[1]
+    counts = np.bincount(ranks[ranks >= 0], minlength=width)
+    return np.cumsum(counts) / max(len(ranks), 1)
+
+
+def recall_at_k(
+    predictions: np.ndarray,
+    positives: Sequence[np.ndarray],
+    ks: Sequence[int] = DEFAULT_KS,
+    *,
+    num_database: int | None = None,
+) -> dict[int, float]:
+    """Recall@k: fraction of all queries with a positive among their first ``k`` predictions.
+
+    Args:
+        predictions: ``[Q, K]`` ranked database indices.
+        positives: per query, the database indices that count as correct (may be empty: a miss).
+        ks: cut-offs; each must be ``<= K`` unless the predictions rank the whole database
+            (``num_database == K``), where any larger ``k`` equals Recall@K.
+    """
+    width = np.asarray(predictions).shape[1]
+    for k in ks:
+        if k < 1 or (k > width and num_database != width):
+            raise ValueError(
+                f"Recall@{k} needs at least {k} predictions per query, got {width}; search with k >= {max(ks)}"
+            )
+    curve = recall_curve(predictions, positives)
+    return {int(k): float(curve[min(k, width) - 1]) for k in ks}
+
+
+# ------------------------------------------------------------------------------------------------ driver
+
+
+@dataclass
+class RetrievalResult:
+    """One benchmark's evaluation.
+
+    Attributes:
+        recalls: ``{k: Recall@k}`` as fractions in [0, 1].
+        predictions: ``[Q, K]`` ranked database indices (``K = max(ks)`` or the database size).
+        curve: Recall@k for every ``k = 1..K``.
+        retrieval_set: the evaluated set (paths and positives), for pictures and submissions.
+        database_descriptors, query_descriptors: ``[N_db, D]``, ``[Q, D]`` when asked to keep them.
+    """
+
+    name: str
+    recalls: dict[int, float]
+    num_queries: int
+    num_database: int
+    queries_without_positive: int
+    predictions: np.ndarray
+    curve: np.ndarray
+    descriptor_dim: int = 0
+    extraction_seconds: float = 0.0
+    search_seconds: float = 0.0
+    retrieval_set: RetrievalSet | None = field(default=None, repr=False)
+    database_descriptors: np.ndarray | None = field(default=None, repr=False)
+    query_descriptors: np.ndarray | None = field(default=None, repr=False)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready fields (no arrays except the short curve)."""
+        return {
+            "name": self.name,
+            "recalls": {str(k): v for k, v in self.recalls.items()},
+            "num_queries": self.num_queries,
+            "num_database": self.num_database,
+            "queries_without_positive": self.queries_without_positive,
+            "descriptor_dim": self.descriptor_dim,
+            "extraction_seconds": round(self.extraction_seconds, 3),
+            "search_seconds": round(self.search_seconds, 3),
+            "curve": [float(v) for v in self.curve],
+            **self.extras,
+        }
+
+
+def evaluate_retrieval(
+    model: nn.Module,
+    retrieval_set: RetrievalSet,
+    transform: Callable[[np.ndarray], torch.Tensor],
+    *,
+    ks: Sequence[int] = DEFAULT_KS,
+    batch_size: int = 32,
+    num_workers: int = 0,
+    device: torch.device | str | None = None,
+    dtype: np.dtype | type = np.float32,
+    autocast_dtype: torch.dtype | None = None,
+    index: str = "Flat",
+    search_params: str | None = None,
+    use_gpu: bool | None = None,
+    keep_descriptors: bool = False,
+) -> RetrievalResult:
+    """Extract database and query descriptors, search, and compute Recall@k.
+
+    ``ks`` larger than the database are reported as Recall@N_db (everything retrieved).
+    ``keep_descriptors`` stores both descriptor matrices in the result (to save or reuse them).
+    See :func:`extract_descriptors` and :func:`search` for the other arguments.
+    """
+    start = time.perf_counter()
+    extract = dict(batch_size=batch_size, num_workers=num_workers, device=device, dtype=dtype,
+                   autocast_dtype=autocast_dtype)
+    database = extract_descriptors(model, retrieval_set.database_paths, transform, **extract)
+    queries = extract_descriptors(model, retrieval_set.query_paths, transform, **extract)
+    extracted = time.perf_counter()
+    k = min(max(ks), retrieval_set.num_database)
+    predictions = search(database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu)
+    searched = time.perf_counter()
+    return result_from_predictions(
+        retrieval_set, predictions, ks, descriptor_dim=database.shape[1],
+        extraction_seconds=extracted - start, search_seconds=searched - extracted,
+        database_descriptors=database if keep_descriptors else None,
+        query_descriptors=queries if keep_descriptors else None,
+    )
+
+
+def result_from_predictions(
+    retrieval_set: RetrievalSet, predictions: np.ndarray, ks: Sequence[int] = DEFAULT_KS, **fields: Any
+) -> RetrievalResult:
+    """A :class:`RetrievalResult` from ranked predictions (e.g. computed elsewhere or re-ranked)."""
+    positives = retrieval_set.positives
+    return RetrievalResult(
+        name=retrieval_set.name,
+        recalls=recall_at_k(predictions, positives, ks, num_database=retrieval_set.num_database),
+        num_queries=retrieval_set.num_queries,
+        num_database=retrieval_set.num_database,
+        queries_without_positive=retrieval_set.queries_without_positive,
+        predictions=predictions,
+        curve=recall_curve(predictions, positives),
+        retrieval_set=retrieval_set,
+        **fields,
+    )
