@@ -1,0 +1,107 @@
+"""GSP: generalized sum pooling by partial optimal transport.
+
+Y. Z. Gurbuz, O. Can, A. A. Alatan, "Generalized Sum Pooling for Metric Learning", ICCV 2023,
+arXiv:2308.09228. Original code: yetigurbuz/generalized-sum-pooling (MIT; TensorFlow
+``framework/layers/pooling/generalized_sum_pooling.py`` + ``utilities/optimal_transport_utils.py`` and a
+PyTorch port ``pytorch/gsp``); followed for the math and defaults, no code taken from it.
+
+Local features ``z_i = W x_i`` (1x1 conv C -> D, no bias), ``i = 1..n``, each carry mass ``1/n``. A
+fraction ``mu`` of the total mass is moved to ``K`` learned prototypes ``q_k`` with entropic cost
+``c_ki = ||q_k/|q_k| - z_i/|z_i| ||_2`` (kernel ``exp(-gamma c)``); the rest stays as residual mass
+``rho_i``. The solution has the closed form ``rho_i = (1/n) / (1 + lambda s_i)`` with
+``s_i = sum_k exp(-gamma c_ki)`` and a scalar ``lambda`` set by ``sum_i (1/n - rho_i) = mu``, found by
+the authors' fixed-point iteration (run here in the log domain: ``l = log lambda``,
+``l <- l + log mu - log mean_i sigmoid(l + log s_i)``). The pooling weights are the transported
+fractions ``w_i = (1 - n rho_i) / mu = sigmoid(l + log s_i) / mu`` (mean 1), and
+
+    desc = L2( (1/n) sum_i w_i z_i ): [B, D].
+
+``mu = 1`` moves all the mass (``lambda -> inf``, every ``w_i = 1``): exactly average pooling of ``z``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aggzoo.models.features import Features
+from aggzoo.models.heads.base import Head
+
+__all__ = ["GSP", "partial_transport_weights"]
+
+
+def partial_transport_weights(log_mass: Tensor, transport_ratio: float, num_iters: int) -> Tensor:
+    """Pooling weights ``w_i`` of generalized sum pooling.
+
+    Args:
+        log_mass: ``log s_i = logsumexp_k(-gamma c_ki)``: ``[B, n]``.
+        transport_ratio: ``mu`` in ``(0, 1]``, the fraction of the total mass moved to the prototypes.
+        num_iters: fixed-point iterations for ``lambda`` (upstream: 100, starting from lambda = 1).
+
+    Returns ``w: [B, n]`` with ``mean_i w_i = 1`` at convergence; all ones when ``mu = 1``.
+    """
+    if transport_ratio >= 1.0:
+        # The constraint sum_i (1/n - rho_i) = 1 forces rho = 0: the limit lambda -> inf.
+        return torch.ones_like(log_mass)
+    log_mu = math.log(transport_ratio)
+    log_n = math.log(log_mass.shape[-1])
+    log_lambda = torch.zeros_like(log_mass[:, :1])
+    for _ in range(num_iters):
+        log_transported = torch.logsumexp(F.logsigmoid(log_lambda + log_mass), dim=-1, keepdim=True) - log_n
+        log_lambda = log_lambda + log_mu - log_transported
+    return torch.sigmoid(log_lambda + log_mass) / transport_ratio
+
+
+class GSP(Head):
+    """Generalized sum pooling head.
+
+    Args:
+        in_channels: ``C`` of the last map.
+        embedding_dim: ``D`` of the 1x1 feature transform; the descriptor size (upstream's
+            conventional ResNet-50 setting: 512).
+        num_prototypes: ``K`` transport targets (upstream "small" configs: 64; "large": 128).
+        transport_ratio: ``mu``, the fraction of mass transported (0.3); 1 gives average pooling.
+        entropy_weight: ``gamma`` in ``exp(-gamma c)`` (5.0).
+        num_iters: fixed-point iterations (100).
+
+    ``features.last: [B, C, H, W] -> [B, D]``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        *,
+        embedding_dim: int = 512,
+        num_prototypes: int = 64,
+        transport_ratio: float = 0.3,
+        entropy_weight: float = 5.0,
+        num_iters: int = 100,
+    ) -> None:
+        super().__init__()
+        if not 0.0 < transport_ratio <= 1.0:
+            raise ValueError(f"GSP transport_ratio (mu) must be in (0, 1], got {transport_ratio}")
+        self.in_channels = in_channels
+        self.out_dim = embedding_dim
+        self.transport_ratio = transport_ratio
+        self.entropy_weight = entropy_weight
+        self.num_iters = num_iters
+        self.feature_transform = nn.Conv2d(in_channels, embedding_dim, kernel_size=1, bias=False)
+        self.prototypes = nn.Parameter(nn.init.xavier_uniform_(torch.empty(num_prototypes, embedding_dim)))
+
+    def pooling_weights(self, embedded: Tensor) -> Tensor:
+        """``z: [B, D, n]`` -> ``w: [B, n]`` in fp32 (transported fraction of each feature / mu)."""
+        with torch.autocast(device_type=embedded.device.type, enabled=False):
+            feats = F.normalize(embedded.float().transpose(1, 2), dim=-1)  # [B, n, D]
+            protos = F.normalize(self.prototypes.float(), dim=-1)  # [K, D]
+            cost = torch.cdist(protos.expand(feats.shape[0], -1, -1), feats)  # [B, K, n], Euclidean
+            log_mass = torch.logsumexp(-self.entropy_weight * cost, dim=1)  # [B, n]
+            return partial_transport_weights(log_mass, self.transport_ratio, self.num_iters)
+
+    def forward(self, features: Features) -> Tensor:
+        embedded = self.feature_transform(features.last).flatten(2)  # [B, D, n]
+        weights = self.pooling_weights(embedded)
+        pooled = torch.einsum("bdn,bn->bd", embedded, weights.to(embedded.dtype)) / embedded.shape[-1]
+        return F.normalize(pooled, dim=-1)
