@@ -19,6 +19,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.vpr_model import VPRModel
 
@@ -31,6 +32,7 @@ class Setup:
     backbone_kwargs: dict[str, Any] = field(default_factory=lambda: {"out_indices": (3,)})
     image_size: tuple[int, int] = (128, 128)  # -> 8 x 8 map at stride 16
     head_overrides: dict[str, Any] = field(default_factory=dict)
+    backbone_cls: type = TimmBackbone  # a TimmBackbone subclass (e.g. one that inserts tokens)
 
 
 VIT = Setup(backbone="test_vit", backbone_kwargs={"dynamic_img_size": True}, image_size=(160, 160))
@@ -39,13 +41,21 @@ SETUPS: dict[str, Setup] = {
     "mixvpr": Setup(head_overrides={"in_h": 8, "in_w": 8}),  # 128x128 images -> 8x8 maps at stride 16
     "boq_dinov2": VIT,
     "edtformer": VIT,  # reads the class token
+    "salad": VIT,  # reads the class token; 10x10 = 100 patches > 64 clusters
+    "salad544": VIT,
+    # paper config's Linear(16640 -> 8448) is 140M parameters: keep the structure, shrink the widths
+    "megaloc": Setup(backbone="test_vit", backbone_kwargs={"dynamic_img_size": True}, image_size=(160, 160),
+                     head_overrides={"cluster_dim": 32, "feat_dim": 512}),
+    "a2gc": VIT,
+    "image_tokens": Setup(backbone="test_vit", backbone_cls=AggregationTokenViT, image_size=(160, 160),
+                          backbone_kwargs={"num_tokens": 8, "insert_before_block": 4, "dynamic_img_size": True}),
 }
 
 
 def _build(config_path: Path, seed: int = 0) -> tuple[VPRModel, Setup]:
     setup = SETUPS.get(config_path.stem, Setup())
     torch.manual_seed(seed)
-    backbone = TimmBackbone(setup.backbone, **setup.backbone_kwargs)
+    backbone = setup.backbone_cls(setup.backbone, **setup.backbone_kwargs)
     cfg = OmegaConf.merge(OmegaConf.load(config_path), setup.head_overrides)
     return VPRModel(backbone, instantiate(cfg)), setup
 
