@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
-from aggzoo.data.vg import load_vg, positives_within_radius, utm_from_name
+from aggzoo.data.layout import positives_within_radius
+from aggzoo.data.vg import load_vg, utm_from_name
 
 
 def vg_name(east: float, north: float, extra: str = "") -> str:
@@ -84,7 +85,7 @@ def test_missing_split_names_layout_and_source(vg_root):
         load_vg(root, split="val")
     message = str(err.value)
     assert "images/<split>/database" in message and "VPR-datasets-downloader" in message
-    assert "['test']" in message  # what was found instead
+    assert "'test'" in message  # what was found instead
     assert isinstance(err.value, FileNotFoundError)
     with pytest.raises(DatasetLayoutError, match="dataset root"):
         load_vg(root / "nope")

@@ -17,22 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from scipy.spatial import cKDTree
 
 from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images, positives_within_radius, require_dir
 from aggzoo.data.retrieval_set import RetrievalSet
 
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "VG_LAYOUT",
-    "VG_SOURCE",
-    "list_images",
-    "utm_from_name",
-    "positives_within_radius",
-    "load_vg",
-]
-
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+__all__ = ["VG_LAYOUT", "VG_SOURCE", "utm_from_name", "load_vg"]
 
 VG_LAYOUT = (
     "<root>/{images_dir}<split>/{database}/@UTM_east@UTM_north@zone@letter@lat@lon@...@.jpg and "
@@ -42,12 +32,6 @@ VG_SOURCE = "https://github.com/gmberton/VPR-datasets-downloader (downloads and 
 
 # Folder names that say nothing about which dataset it is; skipped when naming a benchmark.
 _GENERIC_FOLDERS = {"vg", "images", "processed", "data", "dataset", "datasets"}
-
-
-def list_images(folder: str | Path) -> tuple[Path, ...]:
-    """Image files under ``folder`` (recursively), sorted by path."""
-    folder = Path(folder)
-    return tuple(sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()))
 
 
 def utm_from_name(path: str | Path) -> tuple[float, float]:
@@ -68,38 +52,9 @@ def utm_from_name(path: str | Path) -> tuple[float, float]:
     return east, north
 
 
-def positives_within_radius(
-    database_xy: np.ndarray, queries_xy: np.ndarray, radius: float
-) -> tuple[np.ndarray, ...]:
-    """Per query, the sorted ``int64`` indices of database points at distance ``<= radius``.
-
-    Args:
-        database_xy: ``[N_db, 2]`` metric coordinates.
-        queries_xy: ``[N_q, 2]`` metric coordinates.
-    """
-    if len(database_xy) == 0:
-        return tuple(np.empty(0, dtype=np.int64) for _ in range(len(queries_xy)))
-    tree = cKDTree(np.asarray(database_xy, dtype=np.float64))
-    neighbours = tree.query_ball_point(np.asarray(queries_xy, dtype=np.float64), r=float(radius))
-    return tuple(np.sort(np.asarray(n, dtype=np.int64)) for n in neighbours)
-
-
 def _benchmark_name(root: Path, split: str) -> str:
     parts = [p for p in root.resolve().parts if p.lower() not in _GENERIC_FOLDERS]
     return f"{parts[-1] if parts else root.name}_{split}"
-
-
-def _folder(path: Path, what: str, layout: str, source: str, siblings_of: Path | None = None) -> Path:
-    if path.is_dir():
-        return path
-    hint = ""
-    if siblings_of is not None and siblings_of.is_dir():
-        found = sorted(p.name for p in siblings_of.iterdir() if p.is_dir())
-        hint = f" Found there instead: {found}." if found else f" {siblings_of} is empty."
-    raise DatasetLayoutError(
-        f"{what} folder not found: {path}.{hint} Expected the VG layout: {layout}. Data: {source}. "
-        "Set the dataset root (e.g. paths.data_root=/your/datasets) or the benchmark's root."
-    )
 
 
 def load_vg(
@@ -130,11 +85,10 @@ def load_vg(
     root = Path(root)
     prefix = f"{images_dir}/" if images_dir else ""
     layout = VG_LAYOUT.format(images_dir=prefix, database=database_folder, queries=queries_folder)
-    _folder(root, "dataset root", layout, source, siblings_of=root.parent)
-    split_dir = _folder(root / images_dir / split, f"split {split!r}", layout, source,
-                        siblings_of=root / images_dir)
-    db_dir = _folder(split_dir / database_folder, "database", layout, source, siblings_of=split_dir)
-    q_dir = _folder(split_dir / queries_folder, "queries", layout, source, siblings_of=split_dir)
+    require_dir(root, "dataset root", layout, source)
+    split_dir = require_dir(root / images_dir / split, f"split {split!r} folder", layout, source)
+    db_dir = require_dir(split_dir / database_folder, "database folder", layout, source)
+    q_dir = require_dir(split_dir / queries_folder, "queries folder", layout, source)
 
     database_paths, query_paths = list_images(db_dir), list_images(q_dir)
     for folder, paths in ((db_dir, database_paths), (q_dir, query_paths)):

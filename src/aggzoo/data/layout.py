@@ -1,0 +1,108 @@
+"""Helpers shared by the evaluation-format loaders: listing images, checking folders, ground truth.
+
+Every loader fails with one message naming what it expected (the layout) and where the data is
+published, so a user who points ``paths.data_root`` at the wrong place learns how to fix it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+from scipy.spatial import cKDTree
+
+from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "list_images",
+    "natural_key",
+    "require_dir",
+    "require_file",
+    "positive_arrays",
+    "positives_within_radius",
+]
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp")
+
+
+def natural_key(path: Path | str) -> tuple:
+    """Sort key reading digit runs as numbers: ``2.jpg`` before ``10.jpg``."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path)))
+
+
+def list_images(folder: str | Path, *, recursive: bool = True, numeric: bool = False) -> tuple[Path, ...]:
+    """Image files under ``folder``, sorted by path (``numeric``: digit runs compared as numbers)."""
+    folder = Path(folder)
+    found = (p for p in (folder.rglob("*") if recursive else folder.iterdir())
+             if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+    return tuple(sorted(found, key=natural_key if numeric else None))
+
+
+def _layout_hint(path: Path) -> str:
+    parent = path.parent
+    if parent.is_dir():
+        found = sorted(p.name for p in parent.iterdir())[:12]
+        return f" Found in {parent}: {found}." if found else f" {parent} is empty."
+    return ""
+
+
+def require_dir(path: Path, what: str, layout: str, source: str) -> Path:
+    """``path`` if it is a folder, else :class:`DatasetLayoutError` naming the layout and source."""
+    if path.is_dir():
+        return path
+    raise DatasetLayoutError(
+        f"{what} not found: {path}.{_layout_hint(path)} Expected layout: {layout}. Data: {source}. "
+        "Point the benchmark at it (paths.data_root=/your/datasets, or benchmark.<name>.root=...)."
+    )
+
+
+def require_file(path: Path, what: str, layout: str, source: str) -> Path:
+    """``path`` if it is a file, else :class:`DatasetLayoutError` naming the layout and source."""
+    if path.is_file():
+        return path
+    raise DatasetLayoutError(
+        f"{what} not found: {path}.{_layout_hint(path)} Expected layout: {layout}. Data: {source}."
+    )
+
+
+def positive_arrays(
+    lists: Iterable[Sequence[int] | np.ndarray | int], num_database: int, origin: str | Path
+) -> tuple[np.ndarray, ...]:
+    """Per-query positive lists (object-array rows, lists, scalars) as sorted unique ``int64`` arrays.
+
+    Raises :class:`DatasetFormatError` naming ``origin`` when an index is outside ``[0, num_database)``.
+    """
+    out = []
+    for q, row in enumerate(lists):
+        try:
+            arr = np.unique(np.asarray(row, dtype=np.int64).reshape(-1))
+        except (TypeError, ValueError) as err:
+            raise DatasetFormatError(f"{origin}: positives of query {q} are not integers ({err})") from None
+        if arr.size and (arr[0] < 0 or arr[-1] >= num_database):
+            raise DatasetFormatError(
+                f"{origin}: query {q} lists database index {arr[0] if arr[0] < 0 else arr[-1]}, outside "
+                f"[0, {num_database}) — the ground truth does not match the {num_database} database images"
+            )
+        out.append(arr)
+    return tuple(out)
+
+
+def positives_within_radius(
+    database_xy: np.ndarray, queries_xy: np.ndarray, radius: float
+) -> tuple[np.ndarray, ...]:
+    """Per query, the sorted ``int64`` indices of database points at distance ``<= radius``.
+
+    Args:
+        database_xy: ``[N_db, d]`` metric coordinates.
+        queries_xy: ``[N_q, d]`` metric coordinates.
+    """
+    if len(database_xy) == 0:
+        return tuple(np.empty(0, dtype=np.int64) for _ in range(len(queries_xy)))
+    if len(queries_xy) == 0:
+        return ()
+    tree = cKDTree(np.asarray(database_xy, dtype=np.float64))
+    neighbours = tree.query_ball_point(np.asarray(queries_xy, dtype=np.float64), r=float(radius))
+    return tuple(np.sort(np.asarray(n, dtype=np.int64)) for n in neighbours)
