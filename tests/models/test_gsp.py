@@ -1,0 +1,107 @@
+"""GSP: mu = 1 is average pooling, the weights solve the partial transport constraint, closed forms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aggzoo.models.features import Features
+from aggzoo.models.heads.gsp import GSP, partial_transport_weights
+
+C, D, K = 32, 16, 8
+
+
+def _features(seed: int = 0, size: int = 6) -> Features:
+    return Features(maps=(torch.randn(2, C, size, size, generator=torch.Generator().manual_seed(seed)),))
+
+
+def _head(**kwargs: object) -> GSP:
+    torch.manual_seed(0)
+    return GSP(C, embedding_dim=D, num_prototypes=K, **kwargs).eval()
+
+
+def _average_pooling(head: GSP, feats: Features) -> torch.Tensor:
+    return F.normalize(head.feature_transform(feats.last).mean(dim=(2, 3)), dim=-1)
+
+
+def test_transport_ratio_one_is_average_pooling_then_l2() -> None:
+    head = _head(transport_ratio=1.0)
+    feats = _features()
+    with torch.no_grad():
+        torch.testing.assert_close(head(feats), _average_pooling(head, feats), atol=1e-6, rtol=0)
+
+
+def test_average_pooling_is_the_limit_of_the_general_solver() -> None:
+    # the mu = 1 case is not a separate method: mu -> 1 tends to it through the fixed point
+    head, feats = _head(transport_ratio=0.999), _features()
+    with torch.no_grad():
+        gap = (head(feats) - _average_pooling(head, feats)).abs().max()
+        far = (_head(transport_ratio=0.3)(feats) - _average_pooling(head, feats)).abs().max()
+    assert gap < 5e-3 < far
+
+
+def _bisection_weights(log_mass: torch.Tensor, mu: float) -> torch.Tensor:
+    """Independent solve in float64: find lambda with mean_i lambda s_i / (1 + lambda s_i) = mu."""
+    s = log_mass.double().exp()
+    lo = torch.full((s.shape[0], 1), -60.0, dtype=torch.float64)
+    hi = torch.full((s.shape[0], 1), 60.0, dtype=torch.float64)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lam = mid.exp()
+        too_much = (lam * s / (1 + lam * s)).mean(dim=1, keepdim=True) > mu
+        hi = torch.where(too_much, mid, hi)
+        lo = torch.where(too_much, lo, mid)
+    lam = lo.exp()
+    rho = (1.0 / s.shape[1]) / (1 + lam * s)  # residual mass of each feature
+    return (1 - s.shape[1] * rho) / mu  # w_i = (1 - n rho_i) / mu
+
+
+@pytest.mark.parametrize("mu", [0.1, 0.3, 0.7])
+def test_weights_match_an_independent_bisection_solve(mu: float) -> None:
+    log_mass = torch.randn(3, 50, generator=torch.Generator().manual_seed(1)) * 2 - 4
+    got = partial_transport_weights(log_mass, mu, num_iters=100).double()
+    torch.testing.assert_close(got, _bisection_weights(log_mass, mu), atol=1e-4, rtol=1e-4)
+    # transported mass is mu: the weights average to one
+    torch.testing.assert_close(got.mean(dim=1), torch.ones(3, dtype=torch.float64), atol=1e-5, rtol=0)
+
+
+def test_equal_affinities_give_uniform_weights_for_any_ratio() -> None:
+    for mu in (0.05, 0.3, 0.9):
+        w = partial_transport_weights(torch.full((2, 20), -1.7), mu, num_iters=100)
+        torch.testing.assert_close(w, torch.ones(2, 20), atol=1e-5, rtol=0)
+
+
+def test_features_closer_to_the_prototypes_weigh_more() -> None:
+    log_mass = torch.linspace(-6, 0, 30).unsqueeze(0)
+    w = partial_transport_weights(log_mass, 0.3, num_iters=100)[0]
+    assert (w.diff() > 0).all()
+    assert w.max() <= 1 / 0.3 + 1e-6  # a feature can at most be fully transported
+
+
+def test_descriptor_is_a_convex_reweighting_of_the_embedded_features() -> None:
+    head, feats = _head(), _features(seed=2)
+    with torch.no_grad():
+        z = head.feature_transform(feats.last).flatten(2)
+        w = head.pooling_weights(z)
+        expected = F.normalize((z * w[:, None, :]).mean(dim=2), dim=-1)
+        torch.testing.assert_close(head(feats), expected, atol=1e-6, rtol=0)
+    assert (w >= 0).all()
+
+
+def test_permuting_the_features_does_not_change_the_descriptor() -> None:
+    head, feats = _head(), _features(seed=3)
+    perm = torch.randperm(36, generator=torch.Generator().manual_seed(4))
+    shuffled = feats.last.flatten(2)[:, :, perm].view_as(feats.last)
+    with torch.no_grad():
+        torch.testing.assert_close(head(Features(maps=(shuffled,))), head(feats), atol=1e-6, rtol=0)
+
+
+def test_bad_ratio_is_rejected_and_paper_size() -> None:
+    with pytest.raises(ValueError, match=r"transport_ratio \(mu\) must be in \(0, 1\]"):
+        GSP(C, transport_ratio=0.0)
+    head = GSP(768)
+    assert head.out_dim == 512 and head.prototypes.shape == (64, 512)
+    assert math.isclose(head.entropy_weight, 5.0) and head.num_iters == 100
