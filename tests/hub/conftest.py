@@ -1,0 +1,38 @@
+"""Fixtures for the hub tests: a tiny registered architecture and isolated weights/cache folders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hub_helpers import TINY_NAME, tiny_model
+
+from aggzoo import registry
+
+# Fill the registry (zoo + the real weights/manifest.json) before any test points AGGZOO_WEIGHTS_DIR
+# elsewhere, so the shipped tags are registered whatever the test order.
+registry._populate()
+
+
+@pytest.fixture
+def tiny_registered() -> Iterator[str]:
+    """Register ``gem_testresnet`` for one test, then remove it (and any tags the test added)."""
+    registry.register_model(tiny_model)
+    try:
+        yield TINY_NAME
+    finally:
+        registry._ENTRYPOINTS.pop(TINY_NAME, None)
+        registry._PRETRAINED.pop(TINY_NAME, None)
+
+
+@pytest.fixture
+def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """An empty weights folder and download cache for one test, and no network."""
+    weights, cache = tmp_path / "weights", tmp_path / "cache"
+    weights.mkdir()
+    cache.mkdir()
+    monkeypatch.setenv("AGGZOO_WEIGHTS_DIR", str(weights))
+    monkeypatch.setenv("AGGZOO_CACHE", str(cache))
+    monkeypatch.setenv("AGGZOO_OFFLINE", "1")
+    return {"weights": weights, "cache": cache}
