@@ -68,6 +68,21 @@ def test_weights_match_an_independent_bisection_solve(mu: float) -> None:
     torch.testing.assert_close(got.mean(dim=1), torch.ones(3, dtype=torch.float64), atol=1e-5, rtol=0)
 
 
+def test_gradient_is_the_implicit_gradient_of_the_converged_solution() -> None:
+    # Reference: autograd through 3000 unrolled float64 fixed-point steps (converged, so its
+    # gradient is the implicit one); ours differentiates a single Newton step at the solution.
+    mu = 0.3
+    log_mass = (torch.randn(2, 25, generator=torch.Generator().manual_seed(8)) * 2 - 4).requires_grad_()
+    probe = torch.randn(2, 25, generator=torch.Generator().manual_seed(9))
+    (partial_transport_weights(log_mass, mu, num_iters=100) * probe).sum().backward()
+    ref_mass = log_mass.detach().double().requires_grad_()
+    log_lambda = torch.zeros(2, 1, dtype=torch.float64)
+    for _ in range(3000):
+        log_lambda = log_lambda + math.log(mu) - torch.sigmoid(log_lambda + ref_mass).mean(dim=1, keepdim=True).log()
+    (torch.sigmoid(log_lambda + ref_mass) / mu * probe.double()).sum().backward()
+    torch.testing.assert_close(log_mass.grad.double(), ref_mass.grad, atol=1e-4, rtol=1e-3)
+
+
 def test_equal_affinities_give_uniform_weights_for_any_ratio() -> None:
     for mu in (0.05, 0.3, 0.9):
         w = partial_transport_weights(torch.full((2, 20), -1.7), mu, num_iters=100)
