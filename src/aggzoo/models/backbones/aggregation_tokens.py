@@ -1,6 +1,7 @@
 """ViT backbone with learnable aggregation tokens inserted before a chosen block (ImAge).
 
-F. Lu, T. Jin et al., "ImAge: Implicit Aggregation ... for Visual Place Recognition" (NeurIPS 2025).
+F. Lu, T. Jin, C. Ye, X. Lan, Y. Liu, C. Yuan, "Towards Implicit Aggregation: Robust Image
+Representation for Place Recognition in the Transformer Era" (ImAge), NeurIPS 2025, arXiv:2511.06024.
 Original code: Lu-Feng/ImAge ``network.py`` and ``initialize_agg_tokens.py`` (MIT); followed for the
 insertion point, freezing, initialisation and descriptor, no code taken from it.
 

@@ -1,6 +1,6 @@
 """GSP: generalized sum pooling by partial optimal transport.
 
-Y. Z. Gurbuz, O. Can, A. A. Alatan, "Generalized Sum Pooling for Metric Learning", ICCV 2023,
+Y. Z. Gurbuz, O. Sener, A. A. Alatan, "Generalized Sum Pooling for Metric Learning", ICCV 2023,
 arXiv:2308.09228. Original code: yetigurbuz/generalized-sum-pooling (MIT; TensorFlow
 ``framework/layers/pooling/generalized_sum_pooling.py`` + ``utilities/optimal_transport_utils.py`` and a
 PyTorch port ``pytorch/gsp``); followed for the math and defaults, no code taken from it.

@@ -1,6 +1,7 @@
 """ImAge head: the aggregation tokens themselves are the descriptor.
 
-F. Lu, T. Jin et al., "ImAge: Implicit Aggregation ... for Visual Place Recognition" (NeurIPS 2025).
+F. Lu, T. Jin, C. Ye, X. Lan, Y. Liu, C. Yuan, "Towards Implicit Aggregation: Robust Image
+Representation for Place Recognition in the Transformer Era" (ImAge), NeurIPS 2025, arXiv:2511.06024.
 Original code: Lu-Feng/ImAge ``network.py`` (MIT); no code taken from it.
 
 The aggregation happens inside the backbone
