@@ -61,6 +61,7 @@ __all__ = [
     "load_into",
     "load_pretrained",
     "read_local_dir",
+    "read_spec",
     "read_state_dict",
     "save_pretrained",
     "sha256_of",
@@ -70,6 +71,9 @@ __all__ = [
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 _CONFIG_FORMAT = "aggzoo.save_pretrained/1"
+#: Where a checkpoint of the training pipeline keeps the backbone + head config that rebuilds its
+#: model (``aggzoo.pipeline.MODEL_CONFIG_KEY``), and where save_pretrained's safetensors metadata does.
+SPEC_KEY = "aggzoo_model_config"
 _OFFLINE_ENV = ("AGGZOO_OFFLINE", "HF_HUB_OFFLINE")
 _DOWNLOAD_TIMEOUT_S = 60.0
 
@@ -131,14 +135,16 @@ def sha256_of(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _check_sha256(path: Path, expected: str | None) -> str:
+def _check_sha256(path: Path, expected: str | None) -> None:
+    """Refuse ``path`` unless its sha256 is ``expected`` (nothing is read when nothing is pinned)."""
+    if expected is None:
+        return
     actual = sha256_of(path)
-    if expected is not None and actual != expected:
+    if actual != expected:
         raise ChecksumMismatchError(
             f"{path} has sha256 {actual}, expected {expected}. The file is corrupt, truncated or not the "
             "published one; it was not loaded. Delete it and fetch it again."
         )
-    return actual
 
 
 def _is_safetensors(path: Path) -> bool:
@@ -270,8 +276,8 @@ def fetch_weights(cfg: PretrainedCfg) -> Path:
     for filename in dict.fromkeys(candidates):
         cached = folder / filename
         if cached.is_file():
-            digest = _check_sha256(cached, cfg.sha256)
-            _warn_unpinned(cfg, cached, digest)
+            _check_sha256(cached, cfg.sha256)
+            _warn_unpinned(cfg, cached)
             return cached
     if not sources and cfg.download_page is None:
         raise WeightsUnavailableError(f"{cfg.name} has no weights source (file, url, hf_hub_id or download_page)")
@@ -282,7 +288,7 @@ def fetch_weights(cfg: PretrainedCfg) -> Path:
         except WeightsUnavailableError as error:
             errors.append(str(error))
             continue
-        _warn_unpinned(cfg, path, sha256_of(path))
+        _warn_unpinned(cfg, path)
         return path
     if cfg.download_page is not None:
         pin = f" (sha256 {cfg.sha256})" if cfg.sha256 else ""
@@ -295,10 +301,10 @@ def fetch_weights(cfg: PretrainedCfg) -> Path:
     raise WeightsUnavailableError("\n".join(errors))
 
 
-def _warn_unpinned(cfg: PretrainedCfg, path: Path, digest: str) -> None:
+def _warn_unpinned(cfg: PretrainedCfg, path: Path) -> None:
     if cfg.sha256 is None:
         warnings.warn(
-            f"{cfg.name}: no sha256 is pinned for {path.name}; this copy has sha256 {digest}. "
+            f"{cfg.name}: no sha256 is pinned for {path.name}; this copy has sha256 {sha256_of(path)}. "
             "Compare it with a trusted copy (and pin it in the registry).",
             stacklevel=3,
         )
@@ -462,7 +468,7 @@ def save_pretrained(
 
     # Clones: safetensors refuses tensors that share storage, and a state dict may hold views.
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": _CONFIG_FORMAT})
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": _CONFIG_FORMAT, SPEC_KEY: json.dumps(spec)})
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return directory
 
@@ -489,6 +495,31 @@ def read_local_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], Path]:
     if config.get("format") != _CONFIG_FORMAT:
         raise CheckpointError(f"{config_path}: unknown format {config.get('format')!r}, expected {_CONFIG_FORMAT!r}")
     return config, weights_path
+
+
+def read_spec(path: str | os.PathLike) -> dict[str, Any]:
+    """The model spec stored in a checkpoint file: a training checkpoint of aggzoo's pipeline
+    (``checkpoint["aggzoo_model_config"]``) or a safetensors file written by :func:`save_pretrained`
+    (its metadata). Read without running code."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsUnavailableError(f"checkpoint file not found: {path}")
+    if _is_safetensors(path):
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as file:
+            metadata = file.metadata() or {}
+        text = metadata.get(SPEC_KEY)
+        spec = json.loads(text) if text else None
+    else:
+        obj = _torch_load_weights_only(path)
+        spec = obj.get(SPEC_KEY) if isinstance(obj, Mapping) else None
+    if not isinstance(spec, Mapping):
+        raise CheckpointError(
+            f"{path} does not say which model it holds (no {SPEC_KEY!r}); name the architecture instead: "
+            "aggzoo.create_model('<head>_<backbone>', checkpoint_path=...)"
+        )
+    return dict(spec)
 
 
 # ---------------------------------------------------------------------------------------------

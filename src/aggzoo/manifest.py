@@ -210,15 +210,15 @@ def add_entry(
     from safetensors.torch import save_file
 
     from aggzoo.hub import load_checkpoint, sha256_of, weights_dir
-    from aggzoo.registry import create_model
-
     from aggzoo.pretrained import split_name
+    from aggzoo.registry import create_model
 
     architecture, tag = split_name(name)
     if tag is None:
         raise ManifestError(f"name {name!r} must read '<architecture>.<tag>'")
     folder = Path(directory) if directory is not None else weights_dir()
     model = create_model(architecture, pretrained_backbone=contents == "delta")
+    _check_same_architecture(model, checkpoint)
     load_checkpoint(model, checkpoint)
     if contents == "delta":
         reference = create_model(architecture, pretrained_backbone=True)
@@ -242,6 +242,28 @@ def add_entry(
     entries = [e for e in read_manifest(manifest) if e.name != name] + [entry]
     write_manifest(entries, manifest)
     return entry
+
+
+def _check_same_architecture(model: Any, checkpoint: str | os.PathLike) -> None:
+    """A pipeline checkpoint records the backbone + head config it was trained with: it must be
+    the registered architecture's (the backbone's ``pretrained`` flag aside), or the shipped file
+    would be loaded into a different model than the one that was measured."""
+    from aggzoo.hub import CheckpointError, read_spec
+    from aggzoo.registry import normalise_spec
+
+    try:
+        trained = normalise_spec(read_spec(checkpoint))
+    except CheckpointError:
+        return  # a bare state dict: strict loading is the only check available
+    registered = normalise_spec(model.aggzoo_spec)
+    for spec in (trained, registered):
+        spec["backbone"].pop("pretrained", None)
+    if trained != registered:
+        raise ManifestError(
+            f"{checkpoint} was trained with {json.dumps(trained, sort_keys=True)}, but the registered "
+            f"architecture is {json.dumps(registered, sort_keys=True)}; register a matching entry point "
+            "or train with the registered configuration"
+        )
 
 
 def _backbone_preprocessing(model: Any) -> dict[str, Any]:
@@ -284,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add.add_argument("--dataset", choices=_DATASETS, help="where the metrics were measured")
     add.add_argument("--split", default="test")
     add.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"))
+    add.add_argument("--synthetic-config", type=json.loads, default=None,
+                     help="for --dataset synthetic: the SyntheticCityConfig fields as JSON (conf/synthetic)")
     add.add_argument("--tolerance", type=float, default=0.5, help="allowed |re-measured - recorded| in points")
     add.add_argument("--contents", choices=("delta", "full"), default="delta")
     add.add_argument("--notes")
@@ -298,6 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         evaluation = {"dataset": args.dataset, "split": args.split, "tolerance": args.tolerance}
         if args.image_size:
             evaluation["image_size"] = list(args.image_size)
+        if args.synthetic_config is not None:
+            evaluation["synthetic"] = {k: v for k, v in args.synthetic_config.items() if not k.startswith("_")}
     entry = add_entry(
         args.name, args.checkpoint, recipe=args.recipe, metrics=args.metrics, evaluation=evaluation,
         contents=args.contents, notes=args.notes, command="python -m aggzoo.manifest " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -10,7 +10,8 @@ the closest registered names. ``create_model`` also accepts:
 
 - ``local-dir:<folder>`` -- a folder written by :func:`aggzoo.save_pretrained`;
 - ``hf-hub:<owner>/<repo>`` -- such a folder on the Hugging Face Hub (cached; offline-friendly);
-- a path to such a folder.
+- a path to such a folder, or to a checkpoint that records its model spec (a training checkpoint
+  of aggzoo's pipeline, or the safetensors file inside a saved folder).
 
 A model is described by a *spec*, the same shape as the Hydra ``conf/backbone`` and ``conf/head``
 files: ``{"backbone": {"_target_": "aggzoo.models.backbones.timm_backbone.TimmBackbone", ...},
@@ -59,6 +60,7 @@ _POPULATED = False
 _POPULATE_LOCK = threading.RLock()
 
 _LOCAL_DIR = "local-dir:"
+_CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt", ".safetensors", ".bin")
 _HF_HUB = "hf-hub:"
 _ALLOWED_TARGETS = "aggzoo.models."
 _PARTIAL = "_partial_"
@@ -325,14 +327,13 @@ def create_model(
         return _from_local_dir(Path(name[len(_LOCAL_DIR):]).expanduser(), overrides, backbone_kwargs)
     if name.startswith(_HF_HUB):
         return _from_local_dir(_hf_hub_folder(name[len(_HF_HUB):]), overrides, backbone_kwargs)
-    if os.sep in name or name.startswith((".", "~")):
+    if os.sep in name or name.startswith((".", "~")) or Path(name).suffix in _CHECKPOINT_SUFFIXES:
         path = Path(name).expanduser()
         if path.is_dir():
             return _from_local_dir(path, overrides, backbone_kwargs)
-        raise ValueError(
-            f"{name!r} looks like a path but is not a folder written by aggzoo.save_pretrained. To load a "
-            "checkpoint file, name its architecture: create_model('<head>_<backbone>', checkpoint_path=...)"
-        )
+        if path.is_file():
+            return _from_checkpoint_file(path, overrides, backbone_kwargs)
+        raise ValueError(f"{name!r} looks like a path, but there is no such file or folder")
     _populate()
     architecture, cfg, kwargs = resolve(name, pretrained=pretrained and checkpoint_path is None, overrides=overrides)
     if pretrained_backbone is not None:
@@ -371,6 +372,19 @@ def _from_local_dir(folder: Path, overrides: Mapping[str, Any], backbone_kwargs:
     model.aggzoo_architecture = config.get("architecture")
     saved_cfg = config.get("pretrained_cfg")
     model.pretrained_cfg = _cfg_from_json(saved_cfg) if saved_cfg else None
+    return model.eval()
+
+
+def _from_checkpoint_file(path: Path, overrides: Mapping[str, Any], backbone_kwargs: Mapping[str, Any] | None) -> nn.Module:
+    from aggzoo.hub import load_checkpoint, read_spec
+
+    spec = normalise_spec(read_spec(path))
+    spec["head"].update(overrides)
+    spec["backbone"].update(backbone_kwargs or {})
+    model = build_model(spec, pretrained_backbone=False)
+    load_checkpoint(model, path)
+    model.aggzoo_architecture = None
+    model.pretrained_cfg = None
     return model.eval()
 
 

@@ -1,0 +1,131 @@
+"""Upstream checkpoint layouts, written down from the authors' code (see each converter's docstring
+for the repo:path), with distinct values in every tensor so a misplaced tensor cannot go unnoticed.
+
+Imported as a top-level module (pytest puts this folder on sys.path).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import Tensor
+
+Shapes = list[tuple[str, tuple[int, ...]]]
+
+PATCH = 14
+DINOV2_GRID = 37  # 518 / 14: the grid DINOv2's pos_embed is stored for
+DINOV2_DIM = 768
+
+
+def fill(shapes: Iterable[tuple[str, tuple[int, ...]]]) -> dict[str, Tensor]:
+    """Tensor ``i`` holds ``arange(numel) + 1000 i`` (integers, exact in fp32): no two are equal."""
+    out: dict[str, Tensor] = {}
+    for i, (key, shape) in enumerate(shapes):
+        if key.endswith("num_batches_tracked"):
+            out[key] = torch.tensor(1000 + i, dtype=torch.long)
+        else:
+            out[key] = (torch.arange(math.prod(shape), dtype=torch.float32) + 1000.0 * i).reshape(shape)
+    return out
+
+
+def prefixed(prefix: str, shapes: Shapes) -> Shapes:
+    return [(prefix + k, s) for k, s in shapes]
+
+
+@functools.lru_cache(maxsize=None)
+def _torchvision_resnet_state(depth: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    with torch.device("meta"):  # names and shapes only: no weight initialisation
+        net = getattr(torchvision.models, f"resnet{depth}")(weights=None)
+    return tuple((k, tuple(v.shape)) for k, v in net.state_dict().items())
+
+
+def torchvision_resnet(depth: int = 50, *, last_layer: int = 4, sequential: bool = False) -> Shapes:
+    """torchvision ResNet parameter/buffer names and shapes (the upstream module itself), without
+    ``fc``; ``last_layer`` cuts after layer3 or layer4; ``sequential`` renames the children by their
+    ``nn.Sequential(*children())`` index (0 conv1, 1 bn1, 4..7 layer1..layer4)."""
+    index = {"conv1": 0, "bn1": 1, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
+    keep = {"conv1", "bn1"} | {f"layer{i}" for i in range(1, last_layer + 1)}
+    out = []
+    for key, shape in _torchvision_resnet_state(depth):
+        child, _, rest = key.partition(".")
+        if child not in keep:
+            continue
+        out.append((f"{index[child]}.{rest}" if sequential else key, shape))
+    return out
+
+
+def dinov2_hub(depth: int, *, registers: int = 0, mask_token: bool = True, norm: bool = True) -> Shapes:
+    """facebookresearch/dinov2 ``DinoVisionTransformer`` (ViT-B/14, ``block_chunks=0``) state dict."""
+    c = DINOV2_DIM
+    out: Shapes = [("cls_token", (1, 1, c)), ("pos_embed", (1, 1 + DINOV2_GRID**2, c))]
+    if registers:
+        out.append(("register_tokens", (1, registers, c)))
+    if mask_token:
+        out.append(("mask_token", (1, c)))
+    out += [("patch_embed.proj.weight", (c, 3, PATCH, PATCH)), ("patch_embed.proj.bias", (c,))]
+    for b in range(depth):
+        p = f"blocks.{b}."
+        out += [
+            (p + "norm1.weight", (c,)), (p + "norm1.bias", (c,)),
+            (p + "attn.qkv.weight", (3 * c, c)), (p + "attn.qkv.bias", (3 * c,)),
+            (p + "attn.proj.weight", (c, c)), (p + "attn.proj.bias", (c,)),
+            (p + "ls1.gamma", (c,)),
+            (p + "norm2.weight", (c,)), (p + "norm2.bias", (c,)),
+            (p + "mlp.fc1.weight", (4 * c, c)), (p + "mlp.fc1.bias", (4 * c,)),
+            (p + "mlp.fc2.weight", (c, 4 * c)), (p + "mlp.fc2.bias", (c,)),
+            (p + "ls2.gamma", (c,)),
+        ]
+    if norm:
+        out += [("norm.weight", (c,)), ("norm.bias", (c,))]
+    return out
+
+
+def multihead_attention(prefix: str, dim: int) -> Shapes:
+    """``nn.MultiheadAttention`` (batch_first, bias) names."""
+    return [(prefix + "in_proj_weight", (3 * dim, dim)), (prefix + "in_proj_bias", (3 * dim,)),
+            (prefix + "out_proj.weight", (dim, dim)), (prefix + "out_proj.bias", (dim,))]
+
+
+def dinov2_resampled(pos_embed: Tensor, grid: int) -> Tensor:
+    """What DINOv2's ``interpolate_pos_encoding`` adds for a ``grid x grid`` input (bicubic,
+    ``scale_factor = (grid + 0.1) / 37``, no antialias): the reference the converter must match."""
+    cls, patches = pos_embed[:, :1], pos_embed[:, 1:]
+    maps = patches.reshape(1, DINOV2_GRID, DINOV2_GRID, -1).permute(0, 3, 1, 2)
+    scale = (grid + 0.1) / DINOV2_GRID
+    maps = F.interpolate(maps, scale_factor=(scale, scale), mode="bicubic", antialias=False)
+    return torch.cat([cls, maps.permute(0, 2, 3, 1).reshape(1, grid * grid, -1)], dim=1)
+
+
+def save(obj: object, path: Path) -> Path:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file(dict(obj), str(path))  # type: ignore[arg-type]
+    else:
+        torch.save(obj, path)
+    return path
+
+
+def assert_placed(model: torch.nn.Module, upstream: Mapping[str, Tensor], mapping: Mapping[str, str | None],
+                  transformed: Mapping[str, Tensor] | None = None) -> None:
+    """Every upstream tensor sits, unchanged (or as ``transformed[target]``), at its target key; every
+    model tensor came from the checkpoint; dropped keys are exactly those mapped to ``None``."""
+    own = model.state_dict()
+    transformed = transformed or {}
+    targets = set()
+    for key, tensor in upstream.items():
+        target = mapping[key]
+        if target is None:
+            continue
+        targets.add(target)
+        expected = transformed.get(target, tensor)
+        assert target in own, f"{key} -> {target}: not a model key"
+        assert torch.equal(own[target].to(expected.dtype), expected), f"{key} -> {target}: wrong values"
+    untouched = sorted(set(own) - targets)
+    assert not untouched, f"model keys filled from nowhere: {untouched[:10]}"
