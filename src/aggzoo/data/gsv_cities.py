@@ -24,7 +24,8 @@ import torch
 from torch.utils.data import Dataset
 
 from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
-from aggzoo.data.images import read_rgb
+from aggzoo.data.image_policy import ImagePolicy
+from aggzoo.data.images import ImageReadError
 
 __all__ = ["GSVCitiesDataset", "GSVImage", "gsv_image_name", "read_gsv_city"]
 
@@ -89,6 +90,12 @@ class GSVCitiesDataset(Dataset):
         transform: ``rgb uint8 [H, W, 3] -> [3, H', W']``.
         seed: base seed of the per-place image draws; with :meth:`set_epoch` the draw is a pure
             function of ``(seed, epoch, place)``, so an interrupted run resumes with the same data.
+        bad_images: ``"skip"`` (default) or ``"fail"``, or an
+            :class:`~aggzoo.data.image_policy.ImagePolicy` that also lists skipped files. Under
+            ``skip`` an unreadable image is replaced by another image of its place (the next one of
+            a seeded order, so the batch stays a pure function of seed, epoch, index and the set of
+            bad files, whatever the number of loader workers); a place left with fewer than K
+            readable images is replaced by the next place (by index) that has K.
 
     Raises:
         DatasetLayoutError: missing folders/CSVs, or CSV rows naming files that do not exist.
@@ -104,8 +111,10 @@ class GSVCitiesDataset(Dataset):
         random_sample_from_each_place: bool = True,
         transform: Callable[[np.ndarray], torch.Tensor] | None = None,
         seed: int = 0,
+        bad_images: ImagePolicy | str = "skip",
     ) -> None:
         self.root = Path(root)
+        self.bad_images = ImagePolicy.coerce(bad_images)
         if not (self.root / "Dataframes").is_dir() or not (self.root / "Images").is_dir():
             raise DatasetLayoutError(f"GSV-Cities folder {self.root} lacks Dataframes/ or Images/\n{_LAYOUT}")
         if cities is None:
@@ -161,10 +170,47 @@ class GSVCitiesDataset(Dataset):
             return [images[i].path for i in chosen]
         return [img.path for img in images[: self.img_per_place]]
 
+    def candidate_paths(self, index: int) -> list[Path]:
+        """All images of item ``index``'s place: this epoch's K draw first, then the others in a
+        seeded order (the replacements for unreadable images)."""
+        drawn = self.image_paths(index)
+        rest = [img.path for img in self.places[int(self.place_ids[index])] if img.path not in drawn]
+        if self.random_sample_from_each_place:
+            order = np.random.default_rng((self.seed, self.epoch, index, 1)).permutation(len(rest))
+            rest = [rest[i] for i in order]
+        return drawn + rest
+
+    def _read_place(self, index: int) -> tuple[list[np.ndarray], list[Path]] | None:
+        arrays, used = [], []
+        for path in self.candidate_paths(index):
+            array = self.bad_images.read(path)
+            if array is not None:
+                arrays.append(array)
+                used.append(path)
+                if len(arrays) == self.img_per_place:
+                    return arrays, used
+        return None
+
+    def item(self, index: int) -> tuple[int, list[np.ndarray], list[Path]]:
+        """``(index actually used, K RGB arrays, their paths)`` for item ``index``, after skipping
+        unreadable images (and places) as ``bad_images`` says."""
+        for offset in range(len(self)):
+            used_index = (index + offset) % len(self)
+            found = self._read_place(used_index)
+            if found is not None:
+                if offset:
+                    self.bad_images.record(f"place:{int(self.place_ids[index])}",
+                                           f"fewer than {self.img_per_place} readable images; replaced by "
+                                           f"place {int(self.place_ids[used_index])}")
+                return used_index, *found
+        raise ImageReadError(f"no place in {self.root} has {self.img_per_place} readable images "
+                             f"(skipped files are listed in {self.bad_images.log_path or 'the log'})")
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """-> images ``[K, 3, H, W]``, labels ``[K]`` (the place id)."""
         if self.transform is None:
             raise RuntimeError("GSVCitiesDataset needs a transform to return tensors")
-        images = torch.stack([self.transform(read_rgb(p)) for p in self.image_paths(index)])
-        label = torch.full((self.img_per_place,), int(self.place_ids[index]), dtype=torch.long)
+        used_index, arrays, _ = self.item(index)
+        images = torch.stack([self.transform(a) for a in arrays])
+        label = torch.full((self.img_per_place,), int(self.place_ids[used_index]), dtype=torch.long)
         return images, label
