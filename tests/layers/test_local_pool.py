@@ -46,14 +46,14 @@ def test_local_softmax_pool_equals_brute_force() -> None:
     x, logits = torch.randn(2, 3, 9, 10, generator=gen), 3 * torch.randn(2, 1, 9, 10, generator=gen)
     pool = LocalSoftmaxPool2d((4, 6))
 
-    def brute(i: int, j: int, si: int, sj: int) -> torch.Tensor:
+    def brute(si: int, sj: int) -> torch.Tensor:
         weights = logits[:, :, si : si + 4, sj : sj + 6].flatten(2).softmax(-1)  # [B, 1, 24]
         return (x[:, :, si : si + 4, sj : sj + 6].flatten(2) * weights).sum(-1)
 
     expected = torch.empty_like(x)
     for i, si in enumerate(_window_starts(9, 4)):
         for j, sj in enumerate(_window_starts(10, 6)):
-            expected[..., i, j] = brute(i, j, si, sj)
+            expected[..., i, j] = brute(si, sj)
     torch.testing.assert_close(pool(x, logits), expected, atol=1e-5, rtol=1e-5)
 
 
