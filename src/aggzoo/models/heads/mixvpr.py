@@ -28,7 +28,10 @@ from aggzoo.models.heads.base import Head
 __all__ = ["MixVPR", "FeatureMixer"]
 
 #: Output strides of the usual backbones, used to translate a map size into an image size.
-_COMMON_STRIDES = ((16, "stride-16 backbone such as ResNet-50 cut after layer3"), (14, "stride-14 ViT such as DINOv2"))
+_COMMON_STRIDES = (
+    (16, "stride-16 backbone such as ResNet-50 cut after layer3"),
+    (14, "stride-14 ViT such as DINOv2"),
+)
 
 
 class FeatureMixer(nn.Module):
