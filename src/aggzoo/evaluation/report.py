@@ -15,7 +15,7 @@ import numpy as np
 
 from aggzoo.evaluation.retrieval import RetrievalResult
 
-__all__ = ["format_table", "to_json", "write_json", "write_markdown"]
+__all__ = ["format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries"]
 
 
 def _ks(results: Sequence[RetrievalResult]) -> list[int]:
@@ -81,3 +81,128 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+# ------------------------------------------------------------------------------------------------ pictures
+
+
+def _figure(width_in: float, height_in: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width_in, height_in), dpi=100)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def plot_recall_curves(results: Sequence[RetrievalResult], path: str | Path, title: str = "Recall@k") -> Path:
+    """Recall@k for every k (1..K) per benchmark on one PNG, with the reported cut-offs marked."""
+    figure = _figure(6.4, 4.4)
+    axes = figure.add_subplot(1, 1, 1)
+    for r in results:
+        ks = np.arange(1, len(r.curve) + 1)
+        (line,) = axes.plot(ks, 100 * np.asarray(r.curve), label=f"{r.name} (R@1 {100 * r.recalls.get(1, r.curve[0]):.1f})")
+        marked = [k for k in r.recalls if k <= len(r.curve)]
+        axes.scatter(marked, [100 * r.curve[k - 1] for k in marked], color=line.get_color(), s=18, zorder=3)
+    axes.set_xscale("log")
+    axes.set_xlabel("k (number of retrieved database images)")
+    axes.set_ylabel("Recall@k (%)")
+    top = max(float(np.max(r.curve)) for r in results) if results else 1.0
+    axes.set_ylim(0, min(100.0, 10.0 * np.ceil(10.0 * top + 0.5)))  # room above the highest curve
+    axes.grid(True, which="both", alpha=0.3)
+    axes.set_title(title)
+    axes.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    return path
+
+
+def _thumbnail(path: Path, height: int) -> np.ndarray:
+    from PIL import Image
+
+    from aggzoo.data.images import read_rgb
+
+    image = Image.fromarray(read_rgb(path))
+    width = max(1, round(image.width * height / image.height))
+    return np.asarray(image.resize((width, height), Image.Resampling.BICUBIC))
+
+
+def pick_queries(result: RetrievalResult, num_queries: int, seed: int = 0) -> list[int]:
+    """A reproducible mix of queries: about half answered correctly at rank 1, half not."""
+    rs = result.retrieval_set
+    if rs is None:
+        raise ValueError("the result holds no retrieval_set (paths and positives) to draw")
+    top1 = result.predictions[:, 0]
+    correct = np.array([top1[q] in rs.positives[q] for q in range(rs.num_queries)])
+    rng = np.random.default_rng(seed)
+    good, bad = np.flatnonzero(correct), np.flatnonzero(~correct)
+    n_bad = min(len(bad), num_queries // 2 if len(good) else num_queries)
+    n_good = min(len(good), num_queries - n_bad)
+    n_bad = min(len(bad), num_queries - n_good)
+    chosen = np.concatenate([rng.choice(good, n_good, replace=False), rng.choice(bad, n_bad, replace=False)])
+    return sorted(int(q) for q in chosen)
+
+
+def plot_retrievals(
+    result: RetrievalResult,
+    path: str | Path,
+    *,
+    queries: Sequence[int] | None = None,
+    num_queries: int = 6,
+    k: int = 5,
+    thumb_height: int = 120,
+    seed: int = 0,
+) -> Path:
+    """A grid: one row per query (left, blue frame) with its top-``k`` database images, each framed
+    green when it is a positive and red when not, titled with its rank; the last column shows the
+    query's first positive (dashed frame) and the rank at which it was retrieved.
+
+    ``queries`` picks the rows; by default :func:`pick_queries` mixes successes and failures at rank 1.
+    """
+    rs = result.retrieval_set
+    if rs is None:
+        raise ValueError("the result holds no retrieval_set (paths and positives) to draw")
+    rows = list(queries) if queries is not None else pick_queries(result, num_queries, seed)
+    k = min(k, result.predictions.shape[1])
+    first = _thumbnail(rs.query_paths[rows[0]], thumb_height) if rows else np.zeros((1, 1, 3), np.uint8)
+    cell_w = 2.0
+    cell_h = cell_w * first.shape[0] / first.shape[1] + 0.35
+    # Columns: query, top-k, and the first positive (so a failure shows what it should have found).
+    figure = _figure(cell_w * (k + 2), cell_h * len(rows) + 0.5)
+    grid = figure.subplots(len(rows), k + 2, squeeze=False)
+    for r, q in enumerate(rows):
+        positives = rs.positives[q]
+        cells = [(rs.query_paths[q], f"query {q}", "tab:blue", "solid")]
+        for rank, db in enumerate(result.predictions[q, :k], start=1):
+            if db < 0:
+                cells.append((None, f"#{rank}: none", "grey", "solid"))
+                continue
+            hit = db in positives
+            cells.append((rs.database_paths[db], f"#{rank} {'correct' if hit else 'wrong'}",
+                          "tab:green" if hit else "tab:red", "solid"))
+        if len(positives):
+            ranks = np.flatnonzero(np.isin(result.predictions[q], positives))
+            where = f"rank {ranks[0] + 1}" if ranks.size else f"not in top {result.predictions.shape[1]}"
+            cells.append((rs.database_paths[positives[0]], f"positive ({where})", "tab:green", "dashed"))
+        else:
+            cells.append((None, "no positive", "grey", "dashed"))
+        for c, (image_path, label, colour, style) in enumerate(cells):
+            axes = grid[r][c]
+            if image_path is not None:
+                axes.imshow(first if (r, c) == (0, 0) else _thumbnail(image_path, thumb_height))
+            axes.set_xticks([])
+            axes.set_yticks([])
+            for spine in axes.spines.values():
+                spine.set_edgecolor(colour)
+                spine.set_linewidth(4)
+                spine.set_linestyle(style)
+            axes.set_title(label, fontsize=8, color=colour)
+    figure.suptitle(f"{result.name}: query (blue), top-{k} retrievals (green = positive, red = not), "
+                    "first positive (dashed)", fontsize=10)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    return path

@@ -1,0 +1,211 @@
+"""One call, many benchmarks: load each benchmark config, evaluate, and write the report files.
+
+A benchmark config (``conf/benchmark/<name>.yaml``) is a single ``{<name>: <loader node>}`` entry, so
+Hydra merges ``benchmark=[pitts30k_test,msls_val]`` into one mapping ``{pitts30k_test: node, msls_val: node}``
+that :func:`evaluate_benchmarks` takes as it is. Benchmarks are loaded and evaluated one at a time, so
+only one database's descriptors are in memory at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from torch import nn
+
+from aggzoo.data.layout import list_images
+from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
+from aggzoo.evaluation.report import format_table, plot_recall_curves, plot_retrievals, write_json, write_markdown
+from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, extract_descriptors
+from aggzoo.evaluation.submission import write_msls_submission
+from aggzoo.evaluation.test_time import MultiScale, size_multiple, with_tlc
+
+__all__ = ["load_benchmark", "load_benchmarks", "fit_whitening", "test_time_model", "evaluate_benchmarks"]
+
+log = logging.getLogger(__name__)
+
+
+def load_benchmark(node: Any) -> RetrievalSet:
+    """A loader node (``{_target_: ..., ...}``) or a :class:`RetrievalSet` -> :class:`RetrievalSet`.
+
+    Unlike ``hydra.utils.instantiate(node)``, a loader's error (e.g. the missing-dataset message naming
+    the expected layout) reaches the user as it is, not wrapped in Hydra's ``InstantiationException``.
+    """
+    if isinstance(node, RetrievalSet):
+        return node
+    loader = instantiate(node, _partial_=True)  # nested nodes (a generated root) are built here
+    retrieval_set = loader()
+    if not isinstance(retrieval_set, RetrievalSet):
+        raise TypeError(f"benchmark loader {node.get('_target_')!r} returned {type(retrieval_set).__name__}, "
+                        "not a RetrievalSet")
+    return retrieval_set
+
+
+def load_benchmarks(nodes: Mapping[str, Any] | None) -> dict[str, RetrievalSet]:
+    """``{name: loader node}`` (the ``benchmark`` config group) -> ``{name: RetrievalSet}``."""
+    return {str(name): load_benchmark(node) for name, node in (nodes or {}).items()}
+
+
+def _fit_paths(source: Any) -> list[Path]:
+    if isinstance(source, (str, Path)):
+        return list(list_images(source))
+    if isinstance(source, Sequence):
+        return [Path(p) for p in source]
+    retrieval_set = load_benchmark(source)
+    return [*retrieval_set.database_paths, *retrieval_set.query_paths]
+
+
+def fit_whitening(
+    model: nn.Module, source: Any, transform: Any, *, dim: int | None = None, max_images: int | None = 20000,
+    seed: int = 0, **extract: Any,
+) -> PCAWhitening:
+    """Fit :class:`PCAWhitening` on descriptors of training images.
+
+    Args:
+        source: a folder of images, a list of image paths, or a benchmark node / :class:`RetrievalSet`
+            (its database and query images) — a *training* set, not the one evaluated.
+        max_images: sample at most this many images (with ``seed``).
+        extract: passed to :func:`extract_descriptors` (``batch_size``, ``num_workers``, ``device``...).
+    """
+    paths = _fit_paths(source)
+    if max_images is not None and len(paths) > max_images:
+        keep = np.sort(np.random.default_rng(seed).choice(len(paths), max_images, replace=False))
+        paths = [paths[i] for i in keep]
+    descriptors = extract_descriptors(model, paths, transform, **extract)
+    return PCAWhitening.fit(descriptors, dim)
+
+
+def test_time_model(
+    model: nn.Module, *, scales: Sequence[float] = (1.0,), multiscale_reduce: str = "mean",
+    tlc_train_size: int | Sequence[int] | None = None,
+) -> nn.Module:
+    """``model`` with the test-time options applied: TLC (a converted copy) and multi-scale pooling."""
+    if tlc_train_size is not None:
+        model = with_tlc(model, tlc_train_size)
+    if tuple(scales) != (1.0,):
+        model = MultiScale(model, scales, reduce=multiscale_reduce, multiple=size_multiple(model))
+    return model
+
+
+def _as_rerank(rerank: SuperGlobalRerank | Mapping[str, Any] | bool | None) -> SuperGlobalRerank | None:
+    if rerank is None or rerank is False:
+        return None
+    if rerank is True:
+        return SuperGlobalRerank()
+    if isinstance(rerank, SuperGlobalRerank):
+        return rerank
+    return SuperGlobalRerank(**dict(rerank))
+
+
+def evaluate_benchmarks(
+    model: nn.Module,
+    benchmarks: Mapping[str, Any] | Sequence[RetrievalSet],
+    transform: Any,
+    *,
+    output_dir: str | Path | None = None,
+    ks: Sequence[int] = DEFAULT_KS,
+    batch_size: int = 32,
+    num_workers: int = 0,
+    device: torch.device | str | None = None,
+    descriptor_dtype: str = "float32",
+    autocast_dtype: torch.dtype | None = None,
+    index: str = "Flat",
+    search_params: str | None = None,
+    use_gpu: bool | None = None,
+    whitening: PCAWhitening | str | Path | None = None,
+    whitening_fit: Any = None,
+    whitening_dim: int | None = None,
+    rerank: SuperGlobalRerank | Mapping[str, Any] | bool | None = None,
+    scales: Sequence[float] = (1.0,),
+    multiscale_reduce: str = "mean",
+    tlc_train_size: int | Sequence[int] | None = None,
+    pictures: bool = True,
+    grid_queries: int = 6,
+    grid_k: int = 5,
+    save_predictions: bool = False,
+    save_descriptors: bool = False,
+    write_submissions: bool = False,
+    meta: Mapping[str, Any] | None = None,
+) -> list[RetrievalResult]:
+    """Evaluate ``model`` on every benchmark and write the report.
+
+    Args:
+        benchmarks: ``{name: loader node}`` (``cfg.benchmark``) or :class:`RetrievalSet` values.
+        transform: the evaluation transform (e.g. :func:`aggzoo.evaluation.test_time.protocol_transform`).
+        output_dir: where ``results.json``, ``results.md``, ``recall_curves.png`` and
+            ``retrievals_<name>.png`` go (nothing is written when ``None``).
+        descriptor_dtype: ``"float16"`` halves descriptor memory (use ``index="SQfp16"`` to keep it
+            half in the index too).
+        index, search_params, use_gpu: see :func:`aggzoo.evaluation.retrieval.search`.
+        whitening: a fitted :class:`PCAWhitening` or the ``.npz`` it was saved to; or fit one here on
+            ``whitening_fit`` (folder / paths / benchmark node of *training* images) to ``whitening_dim``.
+        rerank: ``True`` for SuperGlobal's defaults, a mapping of :class:`SuperGlobalRerank` arguments,
+            or an instance.
+        scales, multiscale_reduce, tlc_train_size: see :func:`test_time_model`.
+        pictures: write the recall curves and one qualitative grid per benchmark.
+        save_predictions: ``predictions_<name>.npy`` (``[Q, K]`` database indices).
+        save_descriptors: ``descriptors_<name>.npz`` (``database``, ``queries``).
+        write_submissions: ``submission_<name>.txt`` in the MSLS challenge format.
+        meta: extra fields for ``results.json`` (checkpoint, config...).
+
+    Returns:
+        One :class:`RetrievalResult` per benchmark, in order.
+    """
+    items = list(benchmarks.items()) if isinstance(benchmarks, Mapping) else [(b.name, b) for b in benchmarks]
+    if not items:
+        raise ValueError("no benchmark selected: pass benchmark=<name> or benchmark=[a,b] (see conf/benchmark/)")
+    out_dir = Path(output_dir) if output_dir is not None else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    extract = dict(batch_size=batch_size, num_workers=num_workers, device=device)
+    eval_model = test_time_model(model, scales=scales, multiscale_reduce=multiscale_reduce,
+                                 tlc_train_size=tlc_train_size)
+    if isinstance(whitening, (str, Path)):
+        whitening = PCAWhitening.load(whitening)
+    if whitening is None and whitening_fit is not None:
+        whitening = fit_whitening(eval_model, whitening_fit, transform, dim=whitening_dim, **extract)
+        log.info("PCA-whitening fitted: %d -> %d dims", whitening.in_dim, whitening.out_dim)
+        if out_dir is not None:
+            whitening.save(out_dir / "whitening.npz")
+    reranker = _as_rerank(rerank)
+
+    results = []
+    for name, node in items:
+        retrieval_set = load_benchmark(node)
+        log.info("%s: %d queries, %d database images", name, retrieval_set.num_queries, retrieval_set.num_database)
+        result = evaluate_retrieval(
+            eval_model, retrieval_set, transform, ks=ks, dtype=np.dtype(descriptor_dtype),
+            autocast_dtype=autocast_dtype, index=index, search_params=search_params, use_gpu=use_gpu,
+            whitening=whitening, rerank=reranker, keep_descriptors=save_descriptors, **extract,
+        )
+        results.append(result)
+        log.info("%s: %s", name, ", ".join(f"R@{k} {100 * v:.2f}" for k, v in result.recalls.items()))
+        if out_dir is not None:
+            if save_predictions:
+                np.save(out_dir / f"predictions_{name}.npy", result.predictions)
+            if save_descriptors:
+                np.savez(out_dir / f"descriptors_{name}.npz", database=result.database_descriptors,
+                         queries=result.query_descriptors)
+                result.database_descriptors = result.query_descriptors = None  # the file holds them now
+            if write_submissions:
+                write_msls_submission(retrieval_set, result.predictions, out_dir / f"submission_{name}.txt")
+            if pictures:
+                plot_retrievals(result, out_dir / f"retrievals_{name}.png", num_queries=grid_queries, k=grid_k)
+    if out_dir is not None:
+        settings = {"index": index, "search_params": search_params, "descriptor_dtype": descriptor_dtype,
+                    "whitening_dim": whitening.out_dim if whitening is not None else None,
+                    "rerank": vars(reranker) if reranker is not None else None, "scales": list(scales),
+                    "multiscale_reduce": multiscale_reduce,
+                    "tlc_train_size": None if tlc_train_size is None else np.atleast_1d(tlc_train_size).tolist()}
+        write_json(results, out_dir / "results.json", meta={**dict(meta or {}), "settings": settings})
+        write_markdown(results, out_dir / "results.md")
+        if pictures:
+            plot_recall_curves(results, out_dir / "recall_curves.png")
+        log.info("report written to %s\n%s", out_dir, format_table(results))
+    return results
