@@ -16,33 +16,13 @@ from aggzoo.data.image_policy import ImagePolicy, check_readable, drop_unreadabl
 from aggzoo.data.images import ImageReadError
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform
-
-HEADER = "place_id,year,month,northdeg,city_id,lat,lon,panoid\n"
-
-
-def write_city(root: Path, images_per_place: list[int], city: str = "Lund") -> dict[int, list[Path]]:
-    """A GSV-Cities layout; image ``j`` of place ``p`` is a flat colour encoding ``(p, j)``."""
-    (root / "Dataframes").mkdir(parents=True, exist_ok=True)
-    (root / "Images" / city).mkdir(parents=True, exist_ok=True)
-    rows, paths = [HEADER], {}
-    for place, count in enumerate(images_per_place):
-        for j in range(count):
-            year, month, lat, pano = 2010 + j, j % 12 + 1, f"55.{place:04d}", f"p{place}i{j}"
-            rows.append(f"{place},{year},{month},0,{city},{lat},13.2,{pano}\n")
-            path = root / "Images" / city / f"{city}_{place:07d}_{year:04d}_{month:02d}_000_{lat}_13.2_{pano}.jpg"
-            Image.new("RGB", (8, 6), (10 * place, 10 * j, 0)).save(path, quality=100)
-            paths.setdefault(place, []).append(path)
-    (root / "Dataframes" / f"{city}.csv").write_text("".join(rows))
-    return paths
+from robust_helpers import NO_NORM, write_city
 
 
 def _colour_ids(images: torch.Tensor) -> list[tuple[int, int]]:
     """Undo the flat-colour encoding of :func:`write_city` after ``eval_transform`` (no normalisation)."""
     rgb = images[:, :2, 0, 0] * 255
     return [(round(float(r) / 10), round(float(g) / 10)) for r, g in rgb]
-
-
-NO_NORM = {"mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}
 
 
 def test_policy_fail_raises_with_hint_and_skip_lists(tmp_path: Path) -> None:

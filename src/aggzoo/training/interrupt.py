@@ -1,0 +1,147 @@
+"""Ctrl-C stops training cleanly: finish the step, save a checkpoint, stop.
+
+What Lightning 2.6 does by itself on Ctrl-C: the ``KeyboardInterrupt`` lands wherever Python
+happens to be (possibly in the middle of ``optimizer.step``, with half of the weights updated),
+Lightning runs the ``on_exception`` hooks, tears down and calls ``sys.exit(1)``. Nothing is saved
+unless ``ModelCheckpoint(save_on_exception=True)`` or ``OnExceptionCheckpoint`` is configured, and
+those save that possibly half-updated state (``OnExceptionCheckpoint`` even deletes its file again
+in ``teardown`` after a normal end). DataLoader worker processes, which receive the terminal's
+SIGINT too, exit, so the loader fails on its next batch.
+
+:class:`GracefulInterrupt` replaces that with a flag: the first Ctrl-C (SIGINT) is noted; at the end
+of the current training step (or of the epoch, when it came during validation) the full training
+state is saved to ``<checkpoint folder>/interrupted.ckpt`` and the trainer stops; the pipeline then
+skips the test evaluation and prints how to resume. A second Ctrl-C aborts at once (Lightning's
+behaviour). Loader workers ignore SIGINT so they stay alive for the last step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+
+__all__ = ["GracefulInterrupt", "ignore_sigint_in_worker"]
+
+log = logging.getLogger(__name__)
+
+
+def ignore_sigint_in_worker(worker_id: int) -> None:  # noqa: ARG001 - DataLoader's worker_init_fn signature
+    """``worker_init_fn`` that leaves Ctrl-C to the main process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _ChainedInit:
+    """``worker_init_fn`` running :func:`ignore_sigint_in_worker` then the loader's own (picklable)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        ignore_sigint_in_worker(worker_id)
+        if self.inner is not None:
+            self.inner(worker_id)
+
+
+def _loaders(obj: Any) -> list[Any]:
+    if obj is None:
+        return []
+    if isinstance(obj, (list, tuple)):
+        return [d for item in obj for d in _loaders(item)]
+    if isinstance(obj, dict):
+        return [d for item in obj.values() for d in _loaders(item)]
+    flattened = getattr(obj, "flattened", None)  # Lightning's CombinedLoader
+    if isinstance(flattened, list):
+        return _loaders(flattened)
+    return [obj] if hasattr(obj, "worker_init_fn") else []
+
+
+class GracefulInterrupt(L.Callback):
+    """First Ctrl-C: save ``interrupted.ckpt`` at the next step boundary and stop (see module docstring).
+
+    Args:
+        filename: checkpoint file name, written in the ``ModelCheckpoint`` folder (else the
+            trainer's ``default_root_dir``).
+    """
+
+    def __init__(self, *, filename: str = "interrupted.ckpt") -> None:
+        self.filename = filename
+        self.requested = False
+        self.saved_path: Path | None = None
+        self._previous: Any = None
+        self._installed = False
+        self._main_pid = os.getpid()
+
+    # -- signal handling --------------------------------------------------------------------------
+    def _handler(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._main_pid:  # a forked worker inherited this handler: not its business
+            return
+        if self.requested:
+            self._restore()
+            raise KeyboardInterrupt
+        self.requested = True
+        log.warning("Ctrl-C: finishing this training step, then saving a checkpoint and stopping "
+                    "(press Ctrl-C again to abort at once, without saving)")
+
+    def _install(self) -> None:
+        if self._installed or threading.current_thread() is not threading.main_thread():
+            return
+        self._main_pid = os.getpid()
+        self._previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, self._handler)
+        self._installed = True
+
+    def _restore(self) -> None:
+        if self._installed and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
+        self._installed = False
+
+    # -- hooks ------------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.requested = False
+        self.saved_path = None
+        self._install()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._protect_workers(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._protect_workers(trainer)
+
+    def _protect_workers(self, trainer: L.Trainer) -> None:
+        for loader in _loaders(trainer.train_dataloader) + _loaders(getattr(trainer, "val_dataloaders", None)):
+            if getattr(loader, "num_workers", 0) > 0 and not isinstance(loader.worker_init_fn, _ChainedInit):
+                loader.worker_init_fn = _ChainedInit(loader.worker_init_fn)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        # Under DDP every rank must save (a collective) and stop together: any rank's Ctrl-C counts.
+        if trainer.world_size > 1:
+            self.requested = bool(trainer.strategy.reduce_boolean_decision(self.requested, all=False))
+        if self.requested:
+            self._save_and_stop(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.requested:
+            self._save_and_stop(trainer)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restore()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore()
+
+    def _save_and_stop(self, trainer: L.Trainer) -> None:
+        if self.saved_path is None:
+            folder = getattr(trainer.checkpoint_callback, "dirpath", None) or trainer.default_root_dir
+            path = Path(folder) / self.filename
+            trainer.save_checkpoint(path)
+            self.saved_path = path
+            log.warning("interrupted: saved %s at global step %d (epoch %d); resume with ckpt_path=%s",
+                        path, trainer.global_step, trainer.current_epoch, path)
+        trainer.should_stop = True

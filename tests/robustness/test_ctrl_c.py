@@ -1,0 +1,95 @@
+"""Ctrl-C during training: Lightning's own behaviour, then GracefulInterrupt's (finish the step,
+save, stop), with loader workers that receive the terminal's SIGINT too."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+import pytest
+import torch
+
+from aggzoo.training.interrupt import GracefulInterrupt
+from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
+
+
+class CtrlC(L.Callback):
+    """Sends SIGINT, as a terminal does, to this process and its loader workers at a given step."""
+
+    def __init__(self, at_step: int, times: int = 1) -> None:
+        self.at_step, self.times = at_step, times
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.at_step:
+            for child in multiprocessing.active_children():
+                os.kill(child.pid, signal.SIGINT)
+            for _ in range(self.times):
+                os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.fixture(scope="module")
+def city(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("city")
+    write_city(root, [2] * 12)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def restore_sigint() -> Any:
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning leaves SIG_IGN behind
+
+
+def test_lightning_alone_exits_without_saving(city: Path, tmp_path: Path) -> None:
+    trainer = tiny_trainer(tmp_path, [CtrlC(at_step=2)], max_steps=5)
+    with pytest.raises(SystemExit):
+        trainer.fit(TinyModule(), datamodule=TinyData(city))
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_first_ctrl_c_finishes_the_step_saves_and_stops(city: Path, tmp_path: Path) -> None:
+    interrupt = GracefulInterrupt()
+    module = TinyModule()
+    # CtrlC runs before GracefulInterrupt at the same batch end: the step that received the signal
+    # is the last one, and its result is what gets saved.
+    trainer = tiny_trainer(tmp_path, [CtrlC(at_step=2), interrupt], max_steps=5)
+    trainer.fit(module, datamodule=TinyData(city, num_workers=2))
+    assert trainer.global_step == 2 and interrupt.requested
+    assert interrupt.saved_path == tmp_path / "interrupted.ckpt"
+    checkpoint = torch.load(interrupt.saved_path, weights_only=True)
+    assert checkpoint["global_step"] == 2
+    for name, value in module.state_dict().items():
+        assert torch.equal(checkpoint["state_dict"][name], value)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+def test_second_ctrl_c_aborts_at_once(city: Path, tmp_path: Path) -> None:
+    interrupt = GracefulInterrupt()
+    trainer = tiny_trainer(tmp_path, [CtrlC(at_step=1, times=2), interrupt], max_steps=5)
+    with pytest.raises(SystemExit):
+        trainer.fit(TinyModule(), datamodule=TinyData(city))
+    assert interrupt.saved_path is None and not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_loader_workers_ignore_sigint_and_keep_their_own_init(city: Path, tmp_path: Path) -> None:
+    # Under fork, workers also inherit the handler (which ignores signals outside the main
+    # process); under spawn/forkserver only the chained worker_init_fn protects them.
+    calls: list[int] = []
+    data = TinyData(city, num_workers=2)
+    loader = data.train_dataloader()
+    loader.worker_init_fn = calls.append
+    data.train_dataloader = lambda: loader  # type: ignore[method-assign]
+    trainer = tiny_trainer(tmp_path, [GracefulInterrupt()], max_steps=1)
+    trainer.fit(TinyModule(), datamodule=data)
+    chained = loader.worker_init_fn
+    assert type(chained).__name__ == "_ChainedInit" and chained.inner == calls.append
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        chained(7)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and calls == [7]
+    finally:
+        signal.signal(signal.SIGINT, previous)
