@@ -32,7 +32,11 @@ def sample_local_descriptors(model: nn.Module, loader: torch.utils.data.DataLoad
     model.eval()
     try:
         for images, _ in loader:
-            fmap = model.backbone(images.to(device)).last.float()  # [B, C, H, W]
+            images = images.to(device)
+            # A backbone may define which map its own k-means init reads (ImAge clusters the
+            # patch tokens of the plain backbone, without its inserted tokens).
+            extract = getattr(model.backbone, "data_init_features", None)
+            fmap = (extract(images) if extract is not None else model.backbone(images).last).float()  # [B, C, H, W]
             local = F.normalize(fmap.flatten(2).transpose(1, 2), dim=2).cpu()  # [B, HW, C]
             for feats in local:
                 take = torch.randperm(feats.shape[0], generator=gen)[: per_image]
