@@ -137,3 +137,11 @@ def test_superglobal_rerank_with_fewer_candidates_than_m():
     ranked = search(db, q, 50)
     got = SuperGlobalRerank()(db, q, ranked)                           # M = 400 > 50 database images
     np.testing.assert_array_equal(got, superglobal_reference(db, q, ranked, 50, 9, 0.15))
+
+
+def test_prebuilt_index_gives_the_same_ranking():
+    db, q, _ = clustered_set(seed=5, n=500, d=16, n_q=40)
+    built = retrieval.build_index(db)
+    np.testing.assert_array_equal(search(db, q, 7, index=built), search(db, q, 7))
+    with pytest.raises(ValueError, match="prebuilt index holds 500"):
+        search(db[:100], q, 7, index=built)

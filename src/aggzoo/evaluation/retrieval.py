@@ -34,6 +34,7 @@ __all__ = [
     "extract_descriptors",
     "search",
     "search_with_scores",
+    "build_index",
     "first_correct_rank",
     "recall_curve",
     "recall_at_k",
@@ -131,12 +132,25 @@ def _chunks(n: int, size: int) -> Sequence[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
-def _faiss_search(
-    database: np.ndarray, queries: np.ndarray, k: int, index: str, search_params: str | None,
-    use_gpu: bool | None, train_size: int | None, seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    dim = database.shape[1]
-    cpu_index = faiss.index_factory(dim, index, faiss.METRIC_INNER_PRODUCT)
+def build_index(
+    database: np.ndarray,
+    *,
+    index: str = "Flat",
+    search_params: str | None = None,
+    use_gpu: bool | None = None,
+    train_size: int | None = None,
+    seed: int = 0,
+) -> Any:
+    """A FAISS inner-product index holding ``database`` (trained first when the type needs it).
+
+    Args mean what they mean in :func:`search`. Build once and pass the result as ``index=`` to
+    :func:`search` to query it several times. Index types without a GPU version (HNSW, flat SQ)
+    stay on the CPU even when ``use_gpu`` asks for the GPU.
+    """
+    if faiss is None:
+        raise ImportError("build_index needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
+    database = np.asarray(database)
+    cpu_index = faiss.index_factory(database.shape[1], index, faiss.METRIC_INNER_PRODUCT)
     inner = faiss.downcast_index(cpu_index)
     if getattr(inner, "do_polysemous_training", False):
         # On by default for IVF-PQ, it re-orders PQ codes for Hamming filtering we never use and
@@ -145,11 +159,14 @@ def _faiss_search(
     gpu = faiss.get_num_gpus() > 0 if use_gpu is None else use_gpu
     if gpu and faiss.get_num_gpus() == 0:
         raise RuntimeError("use_gpu=True but this faiss build sees no GPU (install faiss-gpu, check CUDA)")
+    built = cpu_index
     if gpu:
         resources = faiss.StandardGpuResources()
-        built = faiss.index_cpu_to_gpu(resources, 0, cpu_index)
-    else:
-        resources, built = None, cpu_index
+        try:
+            built = faiss.index_cpu_to_gpu(resources, 0, cpu_index)
+            built.aggzoo_gpu_resources = resources  # keep the resources alive as long as the index
+        except RuntimeError:  # no GPU implementation of this index type: search on the CPU
+            built = cpu_index
     if not built.is_trained:
         rng = np.random.default_rng(seed)
         n_train = len(database) if train_size is None else min(train_size, len(database))
@@ -158,11 +175,19 @@ def _faiss_search(
     for part in _chunks(len(database), 65536):  # float16 storage stays float16 outside one chunk
         built.add(_as_float32(database[part]))
     if search_params:
-        params = faiss.GpuParameterSpace() if gpu else faiss.ParameterSpace()
-        params.set_index_parameters(built, search_params)
-    scores, ids = built.search(_as_float32(queries), k)
-    del resources
-    return scores, ids.astype(np.int64, copy=False)
+        on_gpu = built is not cpu_index
+        (faiss.GpuParameterSpace() if on_gpu else faiss.ParameterSpace()).set_index_parameters(built, search_params)
+    return built
+
+
+_EXACT_INDEX_TYPES = {"IndexFlat", "IndexFlatIP", "GpuIndexFlat", "GpuIndexFlatIP"}
+
+
+def _is_exact(index: Any) -> bool:
+    """Exhaustive search (so ties past the k-th result can be ordered by index)?"""
+    if isinstance(index, str):
+        return index.replace(" ", "") in ("Flat", "SQfp16")
+    return type(faiss.downcast_index(index)).__name__ in _EXACT_INDEX_TYPES
 
 
 def _torch_search(database: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -206,7 +231,7 @@ def search_with_scores(
     queries: np.ndarray,
     k: int,
     *,
-    index: str = "Flat",
+    index: str | Any = "Flat",
     search_params: str | None = None,
     use_gpu: bool | None = None,
     train_size: int | None = None,
@@ -218,11 +243,16 @@ def search_with_scores(
         raise ValueError(f"database [N, D] and queries [Q, D] must share D; got {database.shape} and {queries.shape}")
     if not 1 <= k <= len(database):
         raise ValueError(f"k must be in [1, {len(database)}] (the database size), got {k}")
-    exact = index.replace(" ", "") in ("Flat", "SQfp16")
+    exact = _is_exact(index)
     # A few extra candidates let ties straddling the k-th place be ordered by index.
     k_search = min(len(database), k + 8) if exact else k
     if faiss is not None:
-        scores, ids = _faiss_search(database, queries, k_search, index, search_params, use_gpu, train_size, seed)
+        built = index if not isinstance(index, str) else build_index(
+            database, index=index, search_params=search_params, use_gpu=use_gpu, train_size=train_size, seed=seed)
+        if built.ntotal != len(database):
+            raise ValueError(f"the prebuilt index holds {built.ntotal} vectors, the database {len(database)}")
+        scores, ids = built.search(_as_float32(queries), k_search)
+        ids = ids.astype(np.int64, copy=False)
     elif exact:
         scores, ids = _torch_search(database, queries, k_search)
     else:
@@ -235,7 +265,7 @@ def search(
     queries: np.ndarray,
     k: int,
     *,
-    index: str = "Flat",
+    index: str | Any = "Flat",
     search_params: str | None = None,
     use_gpu: bool | None = None,
     train_size: int | None = None,
@@ -250,7 +280,8 @@ def search(
         index: a FAISS ``index_factory`` string. ``"Flat"`` (default) is exact; ``"SQfp16"`` stores the
             database in float16 (half the memory, exact up to float16 rounding); approximate ones for
             large databases: ``"HNSW32"``, ``"IVF1024,PQ64"`` (``D`` divisible by the PQ size,
-            ``N`` >= ~39 x the list count to train), ``"IVF4096,Flat"``...
+            ``N`` >= ~39 x the list count to train), ``"IVF4096,Flat"``... or an index from
+            :func:`build_index` holding ``database`` (built once, searched many times).
         search_params: FAISS ``ParameterSpace`` string, e.g. ``"nprobe=32"`` or ``"efSearch=128"``.
         use_gpu: ``None`` uses a FAISS GPU index when FAISS sees a GPU.
         train_size: database rows sampled (with ``seed``) to train IVF/PQ indexes; default all.

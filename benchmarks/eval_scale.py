@@ -1,0 +1,215 @@
+"""Evaluation at scale: extraction throughput, and search time / memory / recall versus database size.
+
+    python benchmarks/eval_scale.py                                  # default, a few minutes on 2 CPU cores
+    python benchmarks/eval_scale.py --sizes 1000,10000,100000,1000000 --dims 512,2048,4096 --max-cells 5000000000
+    python benchmarks/eval_scale.py --skip-extraction --indexes Flat,HNSW32
+
+Extraction: a real model (``--backbone``, default the ImageNet EfficientNet-Lite0 at 224x224) on
+``--images`` synthetic JPEGs (480x640, written to a temporary folder), through
+:func:`aggzoo.evaluation.retrieval.extract_descriptors` (read -> resize -> normalise -> forward), images/s,
+median of ``--repeats`` runs; the baseline, measured in the same run, is the forward pass alone on
+already-decoded tensors, so the ratio is the cost of reading and resizing.
+
+Search: synthetic L2-normalised descriptors that look like VPR data: places grouped in look-alike
+neighbourhoods (clusters of ~30), each query a noisy view of one database image (its positive). For
+each database size ``N`` and dimension ``D``, every index type is built with
+:func:`aggzoo.evaluation.retrieval.build_index` and queried with :func:`search` (k = 10):
+
+- ``Flat``: exact inner product (the default); ``SQfp16``: the same, database stored in float16;
+- ``HNSW32`` with efSearch 128;
+- ``IVFPQ``: ``IVF<nlist>,PQ<m>`` with nlist ~ 4 sqrt(N) (at most N/39), m = D/8 bytes per vector (at most
+  256), nprobe 16; ``IVFPQfs``: the same lists with 4-bit fast-scan PQ, D/4 bytes per vector. Both trained
+  on at most 10k sampled rows.
+
+Columns: build time (training + adding), search time per query (median of ``--repeats``), speed-up over
+Flat in the same run, index memory (bytes the index holds: ``ntotal x code_size`` for flat indexes,
+the serialised size otherwise — codes, centroids, graph links), Recall@1/@10 against the positives, and
+the fraction of queries whose top-1 equals exact search's. The process's peak RSS is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from aggzoo.evaluation.retrieval import build_index, recall_at_k, search  # noqa: E402
+
+K = 10
+#: rows sampled to train IVF/PQ indexes (PQ's cost stops growing with N here)
+TRAIN_ROWS = 10_000
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ------------------------------------------------------------------------------------------- extraction
+
+
+def extraction_table(backbone: str, image_size: int, num_images: int, batch_size: int, repeats: int) -> str:
+    import torch
+    from PIL import Image
+
+    from aggzoo.data.transforms import eval_transform
+    from aggzoo.evaluation.retrieval import extract_descriptors
+    from aggzoo.models.backbones.timm_backbone import TimmBackbone
+    from aggzoo.models.heads.gem import GeM
+    from aggzoo.models.vpr_model import VPRModel
+
+    model = VPRModel(TimmBackbone(backbone, pretrained=backbone == "tf_efficientnet_lite0"), GeM).eval()
+    transform = eval_transform((image_size, image_size))
+    rng = np.random.default_rng(0)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i in range(num_images):
+            path = Path(tmp) / f"{i:05d}.jpg"
+            Image.fromarray(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(path, quality=90)
+            paths.append(path)
+        batch = torch.rand(batch_size, 3, image_size, image_size)
+        with torch.inference_mode():
+            model(batch)  # warm-up
+            forward = median_time(lambda: [model(batch) for _ in range(max(1, num_images // batch_size))], repeats)
+        forward_rate = batch_size * max(1, num_images // batch_size) / forward
+        rows.append(("forward only (decoded tensors)", forward_rate, 1.0))
+        for workers in (0, 2):
+            seconds = median_time(lambda: extract_descriptors(model, paths, transform, batch_size=batch_size,
+                                                              num_workers=workers), repeats)
+            rate = num_images / seconds
+            rows.append((f"extract_descriptors, {workers} workers", rate, rate / forward_rate))
+    out = [f"Extraction: {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs "
+           f"480x640, torch threads {torch.get_num_threads()}",
+           f"{'pipeline':<36} {'images/s':>9} {'vs forward':>11}"]
+    out += [f"{name:<36} {rate:>9.1f} {ratio:>10.2f}x" for name, rate, ratio in rows]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------------------------- search
+
+
+def synthetic(n: int, d: int, n_queries: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """``[n, d]`` database, ``[q, d]`` queries (float32, unit rows), one positive per query."""
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((max(1, n // 30), d), dtype=np.float32)
+    db = np.empty((n, d), dtype=np.float32)
+    for start in range(0, n, 65536):  # float32 chunks: no float64 copy of a large database
+        stop = min(n, start + 65536)
+        block = centers[rng.integers(0, len(centers), stop - start)]
+        block += 0.35 * rng.standard_normal((stop - start, d), dtype=np.float32)
+        db[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    source = rng.choice(n, n_queries, replace=n_queries > n)
+    queries = db[source] + 0.08 * rng.standard_normal((n_queries, d), dtype=np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    return db, queries, [np.array([s]) for s in source]
+
+
+def _divisor_at_most(d: int, m: int) -> int:
+    m = max(1, min(m, d))
+    while d % m:
+        m -= 1
+    return m
+
+
+def index_specs(n: int, d: int) -> dict[str, tuple[str, str | None]]:
+    nlist = int(2 ** round(np.log2(4 * np.sqrt(n))))
+    nlist = max(1, min(nlist, n // 39))
+    return {
+        "Flat": ("Flat", None),
+        "SQfp16": ("SQfp16", None),
+        "HNSW32": ("HNSW32", "efSearch=128"),
+        # 8-bit PQ, D/8 bytes per vector (32x smaller than float32)
+        "IVFPQ": (f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 8, 256))}", "nprobe=16"),
+        # 4-bit fast-scan PQ, D/4 bytes per vector (16x smaller), cheap to train
+        "IVFPQfs": (f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 2, 1024))}x4fs", "nprobe=16"),
+    }
+
+
+def index_bytes(index: object) -> int:
+    import faiss
+
+    inner = faiss.downcast_index(index)
+    if type(inner).__name__ in ("IndexFlat", "IndexFlatIP", "IndexScalarQuantizer"):
+        return int(inner.ntotal * inner.code_size)
+    return int(faiss.serialize_index(index).nbytes)
+
+
+def search_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, indexes: Sequence[str],
+                 repeats: int) -> str:
+    header = (f"{'N':>9} {'D':>5} {'index':<16} {'build s':>8} {'ms/query':>9} {'vs Flat':>8} {'index MB':>9} "
+              f"{'R@1':>6} {'R@10':>6} {'top1=exact':>10}")
+    lines = [f"Search: {n_queries} queries, k = {K}, synthetic clustered descriptors; medians of {repeats}", header,
+             "-" * len(header)]
+    for d in dims:
+        for n in sizes:
+            db, q, positives = synthetic(n, d, n_queries)
+            exact_top1: np.ndarray | None = None
+            flat_ms: float | None = None
+            for name in indexes:
+                spec, params = index_specs(n, d)[name]
+                stored = db.astype(np.float16) if name == "SQfp16" else db
+                start = time.perf_counter()
+                built = build_index(stored, index=spec, search_params=params, train_size=TRAIN_ROWS)
+                build_s = time.perf_counter() - start
+                predictions = search(stored, q, K, index=built)
+                seconds = median_time(lambda: search(stored, q, K, index=built), repeats)
+                ms = 1000 * seconds / n_queries
+                recalls = recall_at_k(predictions, positives, (1, K))
+                if name == "Flat":
+                    exact_top1, flat_ms = predictions[:, 0], ms
+                agree = float(np.mean(predictions[:, 0] == exact_top1)) if exact_top1 is not None else float("nan")
+                ratio = f"{flat_ms / ms:>7.1f}x" if flat_ms else f"{'-':>8}"
+                lines.append(f"{n:>9} {d:>5} {spec:<16} {build_s:>8.2f} {ms:>9.4f} {ratio} "
+                             f"{index_bytes(built) / 2**20:>9.1f} {100 * recalls[1]:>6.1f} {100 * recalls[K]:>6.1f} "
+                             f"{100 * agree:>9.1f}%")
+                del built
+            del db, q
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,10000,100000", help="database sizes N (comma-separated)")
+    parser.add_argument("--dims", default="512", help="descriptor dimensions D")
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--indexes", default="Flat,SQfp16,HNSW32,IVFPQ")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-cells", type=int, default=10**8,
+                        help="skip (N, D) pairs with N*D above this; raise it for big runs")
+    parser.add_argument("--skip-extraction", action="store_true")
+    parser.add_argument("--backbone", default="tf_efficientnet_lite0")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--images", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args(argv)
+
+    if not args.skip_extraction:
+        print(extraction_table(args.backbone, args.image_size, args.images, args.batch_size, args.repeats), flush=True)
+        print()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    dims = [int(s) for s in args.dims.split(",")]
+    indexes = [s for s in args.indexes.split(",") if s]
+    for d in dims:
+        kept = [n for n in sizes if n * d <= args.max_cells]
+        if kept:
+            print(search_table(kept, [d], args.queries, indexes, args.repeats), flush=True)
+            print()
+    print(f"process peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
