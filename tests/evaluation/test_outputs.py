@@ -101,3 +101,31 @@ def test_submission_round_trip(vg_colours, tmp_path):
 def test_load_benchmark_passes_sets_through(vg_colours):
     rs = load_vg(vg_colours)
     assert load_benchmark(rs) is rs
+
+
+def test_vpr_bench_folder_end_to_end_matches_brute_force(tmp_path):
+    """The acceptance check for the VPR-Bench layout: evaluate a folder written in that layout and
+    compare Recall@k with a brute force on the same (saved) descriptors."""
+    rng = np.random.default_rng(1)
+    root = tmp_path / "GardensPoint"
+    colours = rng.integers(0, 256, size=(30, 3))
+    for i, colour in enumerate(colours):
+        (root / "ref").mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), tuple(int(c) for c in colour)).save(root / "ref" / f"{i}.jpg", quality=95)
+    rows = np.empty((12, 2), dtype=object)
+    for i in range(12):
+        (root / "query").mkdir(exist_ok=True)
+        noisy = np.clip(colours[i] + rng.integers(-40, 41, size=3), 0, 255)
+        Image.new("RGB", (8, 8), tuple(int(c) for c in noisy)).save(root / "query" / f"{i}.jpg", quality=95)
+        rows[i] = [i, [i, (i + 1) % 30]]   # the same frame or the next one
+    np.save(root / "ground_truth_new.npy", rows, allow_pickle=True)
+
+    node = {"_target_": "aggzoo.data.vpr_bench.load_vpr_bench", "root": str(root)}
+    (result,) = evaluate_benchmarks(MeanColour(), {"gp": node}, to_tensor, output_dir=tmp_path / "out", ks=(1, 5, 10),
+                                    save_descriptors=True, pictures=False)
+    saved = np.load(tmp_path / "out" / "descriptors_gp.npz")
+    order = np.argsort(-(saved["queries"].astype(np.float64) @ saved["database"].astype(np.float64).T), axis=1,
+                       kind="stable")
+    for k in (1, 5, 10):
+        expected = np.mean([bool({i, (i + 1) % 30} & set(order[i, :k])) for i in range(12)])
+        assert result.recalls[k] == pytest.approx(expected)
