@@ -85,3 +85,21 @@ def tiny_trainer(root_dir: Path, callbacks: list[Any], **kwargs: Any) -> L.Train
                                    enable_model_summary=False, default_root_dir=str(root_dir))
     options.update(kwargs)
     return L.Trainer(callbacks=callbacks, **options)
+
+
+def write_vg(root: Path, split: str, *, num_places: int, queries_per_place: int = 1, seed: int = 0) -> Path:
+    """A VG-layout benchmark: place ``p`` sits at UTM east ``1000 * p``; its database image and
+    queries share a random texture (queries are noisier copies), so retrieval is non-trivial."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    for part in ("database", "queries"):
+        (root / "images" / split / part).mkdir(parents=True, exist_ok=True)
+    for place in range(num_places):
+        texture = rng.integers(0, 256, (24, 32, 3))
+        name = f"@{1000.0 * place:.2f}@4000000.00@33@U@@@p{place:03d}"
+        Image.fromarray(texture.astype("uint8")).save(root / "images" / split / "database" / f"{name}@.png")
+        for q in range(queries_per_place):
+            noisy = np.clip(texture + rng.normal(0, 60, texture.shape), 0, 255).astype("uint8")
+            Image.fromarray(noisy).save(root / "images" / split / "queries" / f"{name}@q{q}@.png")
+    return root

@@ -18,6 +18,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+import aggzoo.training.durable_io as durable_io
 import aggzoo.training.safe_save as safe_save
 from aggzoo.training.durable_io import DurableCheckpointIO
 from aggzoo.training.safe_save import DiskFullError, atomic_save
@@ -118,7 +119,7 @@ def test_trainer_save_failing_midway_keeps_last_ckpt(tmp_path: Path, monkeypatch
     assert torch.load(last, weights_only=True)["global_step"] == 2
     before = last.read_bytes()
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(safe_save, "atomic_save", _failing_atomic_save(full))
+    monkeypatch.setattr(durable_io, "atomic_save", _failing_atomic_save(full))
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1, save_top_k=0)
     trainer = tiny_trainer(tmp_path, [checkpoints], max_steps=4, enable_checkpointing=True,
                            plugins=[DurableCheckpointIO()])
