@@ -203,10 +203,11 @@ def read_state_dict(path: str | os.PathLike, *, sha256: str | None = None) -> di
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(path), device="cpu")
+            obj: Any = load_file(str(path), device="cpu")
         except Exception as error:  # safetensors raises its own error types
             raise CheckpointError(f"{path} is not a valid safetensors file: {error}") from None
-    obj = _torch_load_weights_only(path)
+    else:
+        obj = _torch_load_weights_only(path)
     try:
         return unwrap_checkpoint(obj)
     except ConversionError as error:

@@ -49,6 +49,7 @@ __all__ = [
     "list_pretrained",
     "model_entrypoint",
     "normalise_spec",
+    "pretrained_table",
     "register_model",
     "register_pretrained",
     "resolve",
@@ -143,6 +144,17 @@ def list_pretrained(pattern: str = "*", *, with_cfg: bool = False) -> list[str] 
     cfgs = [c for tags in _PRETRAINED.values() for c in tags.values() if fnmatch.fnmatchcase(c.name, pattern)]
     cfgs.sort(key=lambda c: c.name)
     return cfgs if with_cfg else [c.name for c in cfgs]
+
+
+def pretrained_table(pattern: str = "*") -> str:
+    """A Markdown table of the weights matching ``pattern``: descriptor size, input size, source,
+    licence and the recorded R@1 figures (``python -m aggzoo.zoo [pattern]`` prints it)."""
+    rows = ["| name | D | input | source | licence | R@1 (published or measured) |", "|---|---|---|---|---|---|"]
+    for cfg in list_pretrained(pattern, with_cfg=True):
+        recalls = ", ".join(f"{k.removesuffix('/R@1')} {v:g}" for k, v in cfg.metrics.items() if k.endswith("/R@1"))
+        size = "x".join(str(v) for v in cfg.input_size[1:])
+        rows.append(f"| {cfg.name} | {cfg.out_dim or '?'} | {size} | {cfg.source} | {cfg.license or '?'} | {recalls or '-'} |")
+    return "\n".join(rows)
 
 
 def is_model(name: str) -> bool:
@@ -412,3 +424,4 @@ def _hf_hub_folder(repo: str) -> Path:
             download(f"https://huggingface.co/{repo}/resolve/main/{filename}", target, sha256=None, name=f"hf-hub:{repo}")
     json.loads((folder / CONFIG_FILE).read_text())  # fail early on a truncated config
     return folder
+

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,8 +33,12 @@ def _meta(name: str, **kwargs) -> torch.nn.Module:
         return aggzoo.create_model(name, **kwargs)
 
 
-def test_public_api_is_exported() -> None:
+def test_public_api_is_exported_and_import_is_light() -> None:
     assert set(aggzoo.__all__) >= {"create_model", "list_models", "list_pretrained", "load_head", "save_pretrained"}
+    heavy = ["lightning", "pytorch_lightning", "hydra", "omegaconf", "faiss", "albumentations", "cv2"]
+    code = f"import sys, aggzoo; print([m for m in {heavy!r} if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", f"import aggzoo pulled in {result.stdout.strip()}"
 
 
 def test_listing_is_sorted_and_filters() -> None:
@@ -92,6 +98,9 @@ def test_official_entries_show_source_licence_and_published_recall() -> None:
     for name, metrics in expected.items():
         cfg = registry.get_pretrained_cfg(name)
         assert {k: cfg.metrics[k] for k in metrics} == metrics, name
+    table = registry.pretrained_table("salad_*")
+    assert "https://github.com/serizba/salad/releases/download/v1.0.0/dino_salad.ckpt" in table
+    assert "msls_val 92.2" in table and "GPL-3.0" in table
 
 
 def test_unknown_names_get_close_matches() -> None:
