@@ -7,11 +7,12 @@ from collections.abc import Mapping
 import lightning.pytorch as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from aggzoo.data.gsv_cities import GSVCitiesDataset
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.data.transforms import Transform
+from aggzoo.training.samplers import EpochKeyedDataset, PlaceBatchSampler, ResumableDataLoader
 
 __all__ = ["VPRDataModule"]
 
@@ -20,18 +21,24 @@ class VPRDataModule(L.LightningDataModule):
     """Batches of ``places_per_batch`` (P) places x K images for training; one loader per
     validation set over its database then its queries.
 
+    Under DDP the P places of each step are split across the ranks (see
+    :class:`~aggzoo.training.samplers.PlaceBatchSampler`) and each validation set is split by a
+    non-shuffling :class:`~torch.utils.data.DistributedSampler` (the module gathers the
+    descriptors back), so a run on W devices sees the data of a run on one.
+
     Args:
         train_dataset: the training places (its transform already set).
         val_sets: name -> retrieval set evaluated every epoch (may be empty).
         eval_transform: resize + normalise for validation and for feature sampling.
-        places_per_batch: P.
+        places_per_batch: P, global over all devices (the recipe's batch size).
         num_workers: loader processes; 0 loads in the main process.
-        eval_batch_size: images per validation batch.
+        eval_batch_size: images per validation batch (per device).
+        seed: seeds the epoch permutations and every item's random draws.
     """
 
     def __init__(self, *, train_dataset: GSVCitiesDataset, val_sets: Mapping[str, RetrievalSet],
                  eval_transform: Transform, places_per_batch: int = 32, num_workers: int = 0,
-                 eval_batch_size: int = 64) -> None:
+                 eval_batch_size: int = 64, seed: int = 0) -> None:
         super().__init__()
         if places_per_batch > len(train_dataset):
             raise ValueError(f"places_per_batch={places_per_batch} exceeds the {len(train_dataset)} training "
@@ -42,19 +49,42 @@ class VPRDataModule(L.LightningDataModule):
         self.places_per_batch = places_per_batch
         self.num_workers = num_workers
         self.eval_batch_size = eval_batch_size
+        self.seed = seed
+        self.train_sampler: PlaceBatchSampler | None = None
 
-    def _loader(self, dataset: torch.utils.data.Dataset, batch_size: int, shuffle: bool, drop_last: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
-                          pin_memory=torch.cuda.is_available())
+    def _world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+
+    def _generator(self) -> torch.Generator:
+        # The loader draws its workers' base seed from this, not from the global RNG, so creating an
+        # iterator does not shift the training RNG stream (and resumed runs stay in step).
+        return torch.Generator().manual_seed(self.seed)
+
+    def train_batches_per_epoch(self) -> int:
+        """Optimisation steps in a full epoch: the training places // P (the last partial global
+        batch is dropped), the same on every rank."""
+        return len(self.train_dataset) // self.places_per_batch
 
     def train_dataloader(self) -> DataLoader:
-        # drop_last: a short last batch would hold too few places for the miner to find negatives.
-        return self._loader(self.train_dataset, self.places_per_batch, shuffle=True, drop_last=True)
+        world_size, rank = self._world()
+        self.train_sampler = PlaceBatchSampler(len(self.train_dataset), places_per_batch=self.places_per_batch,
+                                               num_replicas=world_size, rank=rank, seed=self.seed)
+        return ResumableDataLoader(EpochKeyedDataset(self.train_dataset, seed=self.seed),
+                                   batch_size=self.train_sampler.local_places, sampler=self.train_sampler,
+                                   num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                                   pin_memory=torch.cuda.is_available(), generator=self._generator())
+
+    def _eval_loader(self, dataset: Dataset) -> DataLoader:
+        world_size, rank = self._world()
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False) if world_size > 1 else None
+        return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False, sampler=sampler,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                          pin_memory=torch.cuda.is_available(), generator=self._generator())
 
     def val_dataloader(self) -> list[DataLoader]:
-        return [self._loader(ImageListDataset(s.database_paths + s.query_paths, self.eval_transform),
-                             self.eval_batch_size, shuffle=False, drop_last=False) for s in self.val_sets.values()]
+        return [self._eval_loader(ImageListDataset(s.database_paths + s.query_paths, self.eval_transform))
+                for s in self.val_sets.values()]
 
     def feature_sample_dataloader(self, num_images: int, *, seed: int = 0) -> DataLoader:
         """A loader over ``num_images`` random training images (eval transform), for the
@@ -63,4 +93,5 @@ class VPRDataModule(L.LightningDataModule):
         rng = np.random.default_rng(seed)
         chosen = rng.choice(len(paths), size=min(num_images, len(paths)), replace=False)
         return DataLoader(ImageListDataset([paths[i] for i in sorted(chosen)], self.eval_transform),
-                          batch_size=self.eval_batch_size, num_workers=self.num_workers)
+                          batch_size=self.eval_batch_size, num_workers=self.num_workers,
+                          generator=self._generator())

@@ -28,11 +28,14 @@ class MetricLoss(nn.Module):
         self.last_mined_fraction = 1.0
 
     def forward(self, descriptors: Tensor, labels: Tensor) -> Tensor:
-        # The metric losses compute similarities; fp32 keeps exp(beta * s) finite under autocast.
-        descriptors = descriptors.float()
-        if self.miner is None:
-            return self.loss(descriptors, labels)
-        pairs = self.miner(descriptors, labels)
-        used = torch.unique(torch.cat([t for t in pairs if t.numel()])) if any(t.numel() for t in pairs) else labels[:0]
-        self.last_mined_fraction = used.numel() / max(1, labels.numel())
-        return self.loss(descriptors, labels, pairs)
+        # Similarities, mining margins and exp(beta * s) in fp32: casting the input is not enough under
+        # autocast, which would run the loss's matmul in bf16/fp16 again (s to ~3 digits, beta = 50).
+        with torch.autocast(device_type=descriptors.device.type, enabled=False):
+            descriptors = descriptors.float()
+            if self.miner is None:
+                return self.loss(descriptors, labels)
+            pairs = self.miner(descriptors, labels)
+            used = (torch.unique(torch.cat([t for t in pairs if t.numel()])) if any(t.numel() for t in pairs)
+                    else labels[:0])
+            self.last_mined_fraction = used.numel() / max(1, labels.numel())
+            return self.loss(descriptors, labels, pairs)

@@ -1,9 +1,17 @@
-"""The LightningModule: metric learning on P x K batches, Recall@k validation."""
+"""The LightningModule: metric learning on P x K batches, Recall@k validation.
+
+Scale features (all off or neutral on one CPU, see the arguments of :class:`VPRLightningModule`):
+per-group learning rates, gradient checkpointing, an fp32 head under mixed precision,
+``torch.compile``, a loss over the global batch under DDP, validation descriptors gathered across
+ranks, and the RNG streams saved in every checkpoint so a resumed run continues bit for bit.
+"""
 
 from __future__ import annotations
 
 import fnmatch
+import logging
 import math
+import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -12,19 +20,26 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from aggzoo.models.features import Features
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.training.losses import MetricLoss
 
-__all__ = ["VPRLightningModule", "parameter_groups"]
+__all__ = ["VPRLightningModule", "parameter_groups", "enable_gradient_checkpointing", "rng_state", "set_rng_state"]
+
+log = logging.getLogger(__name__)
+
+#: Checkpoint key holding the per-rank RNG states.
+RNG_STATE_KEY = "aggzoo_rng_states"
 
 
 def parameter_groups(model: torch.nn.Module, *, base_lr: float, lr_multipliers: Mapping[str, float],
                      no_weight_decay: Sequence[str]) -> list[dict[str, Any]]:
     """Split trainable parameters into optimizer groups.
 
-    ``lr_multipliers`` maps glob patterns over parameter names (``head.pool.p``) to a factor of
-    the base LR (the first matching pattern wins); parameters matching ``no_weight_decay``
-    get ``weight_decay=0`` (GeM's ``p``, as upstream).
+    ``lr_multipliers`` maps glob patterns over parameter names (``head.pool.p``, ``backbone.*``)
+    to a factor of the base LR (the first matching pattern wins); parameters matching
+    ``no_weight_decay`` get ``weight_decay=0`` (GeM's ``p``, as upstream). Frozen parameters are
+    left out. Each group carries a ``name`` (``lr_x10``, ``lr_x1_no_wd``) for the LR monitor.
     """
     groups: dict[tuple[float, bool], list[torch.nn.Parameter]] = {}
     for name, param in model.named_parameters():
@@ -35,11 +50,54 @@ def parameter_groups(model: torch.nn.Module, *, base_lr: float, lr_multipliers: 
         groups.setdefault((float(mult), decay), []).append(param)
     out = []
     for (mult, decay), params in groups.items():
-        group: dict[str, Any] = {"params": params, "lr": base_lr * mult}
+        group: dict[str, Any] = {"params": params, "lr": base_lr * mult, "name": f"lr_x{mult:g}" + ("" if decay else "_no_wd")}
         if not decay:
             group["weight_decay"] = 0.0
         out.append(group)
     return out
+
+
+def enable_gradient_checkpointing(model: VPRModel) -> bool:
+    """Recompute the backbone's blocks in the backward pass instead of storing their activations
+    (timm's ``set_grad_checkpointing``, honoured by ``forward_intermediates`` of ViTs, ResNets and
+    EfficientNets). Frozen blocks store nothing either way. Returns whether the backbone supports it."""
+    timm_model = getattr(model.backbone, "model", None)
+    setter = getattr(timm_model, "set_grad_checkpointing", None)
+    if not callable(setter):
+        return False
+    setter(True)
+    return True
+
+
+def rng_state() -> dict[str, Any]:
+    """The torch (CPU and CUDA), numpy and python RNG states, in types ``torch.load(weights_only=True)`` reads."""
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": (np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]),
+                  float(np_state[4])),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Inverse of :func:`rng_state`."""
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _features_to_float(features: Features) -> Features:
+    return Features(maps=tuple(m.float() for m in features.maps),
+                    cls=features.cls.float() if features.cls is not None else None,
+                    tokens=features.tokens.float() if features.tokens is not None else None)
 
 
 class VPRLightningModule(L.LightningModule):
@@ -51,15 +109,24 @@ class VPRLightningModule(L.LightningModule):
         optimizer: ``partial`` of a torch optimizer without ``params`` (``conf/optimizer``).
         scheduler: ``partial`` of a factory in :mod:`aggzoo.training.schedulers` or ``None``.
         lr_multipliers, no_weight_decay: see :func:`parameter_groups`.
-        val_set_sizes: name -> (num_database, positives) of each validation set, in the order of
+        val_sets: name -> (num_database, positives) of each validation set, in the order of
             the data module's validation loaders.
         recall_ks: the k of the logged Recall@k.
+        head_fp32: run the head in fp32 with autocast off (the backbone stays in mixed precision).
+            The heads already keep their delicate operations (GeM's power, Sinkhorn, softmax
+            pooling) in fp32; this puts the whole head there.
+        gather_loss: under DDP, compute the loss over the descriptors of all ranks (gathered with
+            their gradients), so the miner sees the global P x K batch exactly as on one device.
+        gradient_checkpointing: see :func:`enable_gradient_checkpointing`.
+        compile: ``torch.compile`` the model in place (state_dict keys unchanged); ``True`` or a
+            dict of ``torch.compile`` keyword arguments (``{"mode": "max-autotune"}``).
     """
 
     def __init__(self, model: VPRModel, *, loss: MetricLoss, optimizer: Callable[..., torch.optim.Optimizer],
                  scheduler: Callable[..., Any] | None = None, lr_multipliers: Mapping[str, float] | None = None,
                  no_weight_decay: Sequence[str] = (), val_sets: Mapping[str, tuple[int, Sequence[np.ndarray]]] | None = None,
-                 recall_ks: Sequence[int] = (1, 5, 10)) -> None:
+                 recall_ks: Sequence[int] = (1, 5, 10), head_fp32: bool = False, gather_loss: bool = True,
+                 gradient_checkpointing: bool = False, compile: bool | Mapping[str, Any] = False) -> None:
         super().__init__()
         self.model = model
         self.loss = loss
@@ -69,23 +136,56 @@ class VPRLightningModule(L.LightningModule):
         self.no_weight_decay = list(no_weight_decay)
         self.val_sets = dict(val_sets or {})
         self.recall_ks = tuple(recall_ks)
-        self._val_descriptors: list[Tensor | None] = []
+        self.head_fp32 = head_fp32
+        self.gather_loss = gather_loss
+        if gradient_checkpointing and not enable_gradient_checkpointing(model):
+            raise ValueError(f"gradient checkpointing: backbone {type(model.backbone).__name__} has no "
+                             "set_grad_checkpointing(); set model.gradient_checkpointing=false")
+        if compile:
+            self.model.compile(**(dict(compile) if isinstance(compile, Mapping) else {}))
+        self._val_parts: list[list[tuple[Tensor, Tensor]]] = []
+        self._rng_to_restore: Mapping[str, Any] | None = None
 
     def forward(self, images: Tensor) -> Tensor:
-        return self.model(images)
+        return self.describe(images)
+
+    def describe(self, images: Tensor) -> Tensor:
+        """``images [B, 3, H, W] -> descriptors [B, D]`` (the head in fp32 when ``head_fp32``)."""
+        if not self.head_fp32:
+            return self.model(images)
+        features = self.model.backbone(images)
+        with torch.autocast(device_type=images.device.type, enabled=False):
+            return self.model.head(_features_to_float(features))
+
+    # -- distributed set-up ---------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        # Callbacks' on_fit_start (data-driven head init) ran on every rank before this hook; rank 0's
+        # result wins so all replicas start identical even if k-means differs in the last bit.
+        if self.trainer.world_size > 1 and self.trainer.ckpt_path is None:
+            with torch.no_grad():
+                for tensor in [*self.model.parameters(), *self.model.buffers()]:
+                    tensor.copy_(self.trainer.strategy.broadcast(tensor, src=0))
 
     # -- training -------------------------------------------------------------------------------
-    def on_train_epoch_start(self) -> None:
-        dataset = self.trainer.datamodule.train_dataset if self.trainer.datamodule is not None else None
-        if hasattr(dataset, "set_epoch"):
-            dataset.set_epoch(self.current_epoch)
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        sampler = getattr(self.trainer.datamodule, "train_sampler", None) if self.trainer.datamodule else None
+        if sampler is not None:
+            sampler.mark_batch_started(self.trainer.num_training_batches)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        images, labels = batch  # [P, K, 3, H, W], [P, K]
-        descriptors = self.model(images.flatten(0, 1))
-        loss = self.loss(descriptors, labels.flatten())
+        images, labels = batch  # [P_local, K, 3, H, W], [P_local, K]
+        descriptors = self.describe(images.flatten(0, 1))
+        labels = labels.flatten()
+        if self.gather_loss and self.trainer.world_size > 1:
+            # [W, B, D] with gradients flowing back to each rank's own rows; rank-major order is the
+            # single-process batch order (the sampler gives rank r the r-th slice of the global batch).
+            descriptors = self.all_gather(descriptors, sync_grads=True).flatten(0, 1)
+            labels = self.all_gather(labels).flatten(0, 1)
+        loss = self.loss(descriptors, labels)
         self.log("train/loss", loss, prog_bar=True, batch_size=labels.numel())
         self.log("train/mined_fraction", self.loss.last_mined_fraction, batch_size=labels.numel())
+        # No rescaling under gather_loss: every rank computes the same global loss L, the all-gather's
+        # backward sums the W ranks' dL/d(own rows) (W x the true gradient) and DDP's mean divides by W.
         return loss
 
     def configure_optimizers(self) -> Any:
@@ -96,40 +196,104 @@ class VPRLightningModule(L.LightningModule):
             self.model, base_lr=base_lr, lr_multipliers=self.lr_multipliers, no_weight_decay=self.no_weight_decay))
         if self.scheduler_factory is None:
             return optimizer
-        total_steps = int(self.trainer.estimated_stepping_batches)
-        epochs = max(1, self.trainer.max_epochs or 1)
-        scheduler = self.scheduler_factory(optimizer, total_steps=total_steps,
-                                           steps_per_epoch=max(1, math.ceil(total_steps / epochs)))
+        total_steps, steps_per_epoch = self._run_length()
+        scheduler = self.scheduler_factory(optimizer, total_steps=total_steps, steps_per_epoch=steps_per_epoch)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _run_length(self) -> tuple[int, int]:
+        """(optimisation steps of the run, per epoch), as ``Trainer.estimated_stepping_batches``
+        computes them, but from the data module's batch count: asking the trainer would build the
+        training loader before a checkpoint is restored, and Lightning then never restores the
+        loader's position into it (the resumed epoch would start again from its first batch)."""
+        trainer = self.trainer
+        count = getattr(trainer.datamodule, "train_batches_per_epoch", None)
+        if not callable(count):
+            total = int(trainer.estimated_stepping_batches)
+            return total, max(1, math.ceil(total / max(1, trainer.max_epochs or 1)))
+        batches = count()
+        limit = trainer.limit_train_batches
+        batches = min(batches, int(limit)) if isinstance(limit, int) else int(batches * float(limit))
+        steps_per_epoch = max(1, math.ceil(batches / trainer.accumulate_grad_batches))
+        total = steps_per_epoch * max(1, trainer.max_epochs or 1)
+        if trainer.max_steps is not None and trainer.max_steps != -1:
+            total = min(total, trainer.max_steps) if (trainer.max_epochs or -1) != -1 else trainer.max_steps
+        return total, steps_per_epoch
+
+    # -- never lose a run -----------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        states = [rng_state()]
+        if self.trainer.world_size > 1:
+            gathered: list[Any] = [None] * self.trainer.world_size
+            torch.distributed.all_gather_object(gathered, states[0])
+            states = gathered
+        checkpoint[RNG_STATE_KEY] = states
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        states = checkpoint.get(RNG_STATE_KEY)
+        if states:
+            rank = self.trainer.global_rank if self._trainer is not None else 0
+            self._rng_to_restore = states[rank] if rank < len(states) else states[0]
+
+    def on_train_start(self) -> None:
+        # Restored here, after everything that runs between loading the checkpoint and the first
+        # step (model set-up, callbacks) has drawn from the RNGs.
+        if self._rng_to_restore is not None:
+            set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
 
     # -- validation -----------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
-        self._val_descriptors = [None] * len(self.val_sets)
+        self._val_parts = [[] for _ in self.val_sets]
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         images, indices = batch
-        descriptors = self.model(images).float()
-        buffer = self._val_descriptors[dataloader_idx]
-        if buffer is None:
-            num_db, positives = list(self.val_sets.values())[dataloader_idx]
-            buffer = torch.zeros(num_db + len(positives), descriptors.shape[1], device=descriptors.device)
-            self._val_descriptors[dataloader_idx] = buffer
-        buffer[indices] = descriptors
+        self._val_parts[dataloader_idx].append((indices.detach(), self.describe(images).detach().float()))
+
+    def _gather_rows(self, parts: list[tuple[Tensor, Tensor]], total: int) -> Tensor | None:
+        """This rank's (row indices, descriptors) -> the full ``[total, D]`` matrix assembled from
+        every rank, or ``None`` when some rows were never computed (limited validation batches)."""
+        device = self.device
+        if parts:
+            rows = torch.cat([p[0] for p in parts]).to(device)
+            descs = torch.cat([p[1] for p in parts]).to(device)
+        else:
+            rows = torch.zeros(0, dtype=torch.long, device=device)
+            descs = torch.zeros(0, self.model.out_dim, device=device)
+        if self.trainer.world_size > 1:
+            # Ranks may hold different counts: pad to the largest, gather, drop the padding.
+            count = torch.tensor([rows.numel()], device=device)
+            counts = self.all_gather(count).flatten()
+            width = int(counts.max())
+            rows = torch.nn.functional.pad(rows, (0, width - rows.numel()), value=-1)
+            descs = torch.nn.functional.pad(descs, (0, 0, 0, width - descs.shape[0]))
+            rows = self.all_gather(rows).flatten(0, 1)
+            descs = self.all_gather(descs).flatten(0, 1)
+            keep = rows >= 0
+            rows, descs = rows[keep], descs[keep]
+        if rows.numel() == 0:
+            return None
+        full = torch.zeros(total, descs.shape[1], device=descs.device)
+        seen = torch.zeros(total, dtype=torch.bool, device=descs.device)
+        full[rows] = descs  # the distributed sampler's padding repeats rows with identical values
+        seen[rows] = True
+        return full if bool(seen.all()) else None
 
     def on_validation_epoch_end(self) -> None:
         from aggzoo.evaluation.retrieval import recall_at_k, search
 
         for index, (name, (num_db, positives)) in enumerate(self.val_sets.items()):
-            buffer = self._val_descriptors[index]
-            if buffer is None:  # sanity check with limited batches
+            parts = self._val_parts[index] if index < len(self._val_parts) else []
+            full = self._gather_rows(parts, num_db + len(positives))
+            if full is None:  # limited validation batches (sanity check, limit_val_batches)
+                log.info("validation on %s covered only part of the set: Recall@k not computed", name)
                 continue
-            descriptors = buffer.cpu().numpy()
+            descriptors = full.cpu().numpy()
             k = min(max(self.recall_ks), num_db)
             predictions = search(descriptors[:num_db], descriptors[num_db:], k)
             recalls = recall_at_k(predictions, positives, ks=[k_ for k_ in self.recall_ks if k_ <= num_db])
             for k_, value in recalls.items():
-                self.log(f"val/{name}/R@{k_}", value, prog_bar=(k_ == 1), add_dataloader_idx=False)
+                self.log(f"val/{name}/R@{k_}", value, prog_bar=(k_ == 1), add_dataloader_idx=False, sync_dist=True)
             if index == 0:
                 # The metric checkpoints and early stopping monitor, whatever the set is called.
-                self.log("val/R@1", recalls[1], add_dataloader_idx=False)
-        self._val_descriptors = []
+                self.log("val/R@1", recalls[1], add_dataloader_idx=False, sync_dist=True)
+        self._val_parts = []

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-__all__ = ["warmup_cosine", "warmup_multistep", "linear_decay", "constant"]
+__all__ = ["warmup_cosine", "warmup_multistep", "step_decay", "linear_decay", "constant"]
 
 
 def _warmup(step: int, warmup_steps: int) -> float:
@@ -37,14 +37,34 @@ def warmup_cosine(optimizer: Optimizer, *, total_steps: int, steps_per_epoch: in
 
 
 def warmup_multistep(optimizer: Optimizer, *, total_steps: int, steps_per_epoch: int,
-                     warmup_steps: int = 0, milestones: Sequence[int] = (), gamma: float = 0.1) -> LambdaLR:
+                     warmup_steps: int = 0, milestones: Sequence[int] = (), gamma: float = 0.1,
+                     warmup_epochs: float = 0.0) -> LambdaLR:
     """Linear warmup, then multiply the LR by ``gamma`` at each epoch in ``milestones`` (the
-    ConvAP / MixVPR recipes: x0.3 at epochs [5, 10, 15, 25])."""
+    ConvAP / MixVPR recipes: x0.3 at epochs [5, 10, 15, 25]; BoQ: x0.1 at [10, 20, 30]).
+
+    The warmup lasts ``warmup_steps`` steps, or ``warmup_epochs`` epochs when that is set (BoQ
+    warms up for 10 epochs, however many steps an epoch has)."""
+    if warmup_epochs:
+        warmup_steps = int(round(warmup_epochs * steps_per_epoch))
     milestone_steps = sorted(int(m) * steps_per_epoch for m in milestones)
 
     def factor(step: int) -> float:
         drops = sum(1 for m in milestone_steps if step >= m)
         return _warmup(step, warmup_steps) * gamma**drops
+
+    return LambdaLR(optimizer, factor)
+
+
+def step_decay(optimizer: Optimizer, *, total_steps: int, steps_per_epoch: int, step_epochs: int = 1,
+               gamma: float = 0.5, warmup_steps: int = 0) -> LambdaLR:
+    """Multiply the LR by ``gamma`` every ``step_epochs`` epochs, after an optional linear warmup
+    (the ImAge recipe: x0.5 every 3 epochs, ``StepLR(step_size=3 epochs)``)."""
+    if step_epochs < 1:
+        raise ValueError(f"step_epochs must be >= 1, got {step_epochs}")
+    period = step_epochs * steps_per_epoch
+
+    def factor(step: int) -> float:
+        return _warmup(step, warmup_steps) * gamma ** (step // period)
 
     return LambdaLR(optimizer, factor)
 

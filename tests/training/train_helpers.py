@@ -1,0 +1,59 @@
+"""Hydra composition of tiny training configs and ``python train.py`` subprocesses, for tests/training."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+
+#: seconds-sized stand-ins: tiny synthetic city, tiny random backbone, small images, CSV logs only
+TINY = ["synthetic=tiny", "backbone=test_resnet", "data.image_size=[48,64]", "data.eval_image_size=[48,64]",
+        "callbacks.head_data_init.num_images=24", "callbacks.head_data_init.descriptors_per_image=8",
+        "logger=csv_only", "callbacks.progress_bar.refresh_rate=0", "trainer.log_every_n_steps=1"]
+
+
+def compose_train(overrides: list[str], out_dir: Path, *, name: str = "train") -> DictConfig:
+    """The composed ``train.yaml`` (or ``eval.yaml``) with its output folder set to ``out_dir``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose(name, overrides=overrides, return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out_dir)
+        cfg.paths.root_dir = str(REPO)
+        del cfg.hydra
+    return cfg
+
+
+def train_py(args: list[str], data_root: Path, *, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``python train.py <args>`` in the repository, with the test data folder, output captured."""
+    env = dict(os.environ, AGGZOO_DATA=str(data_root), AGGZOO_ROOT=str(REPO), NO_ALBUMENTATIONS_UPDATE="1",
+               PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def run_dirs(log_dir: Path) -> list[Path]:
+    """Single-run folders under ``<log_dir>/train/runs``, oldest first."""
+    return sorted((log_dir / "train" / "runs").glob("*"))
+
+
+def logged(run_dir: Path, key: str) -> dict[int, float]:
+    """``{step: value}`` of one metric over all CSV log versions of a run."""
+    values: dict[int, float] = {}
+    for path in sorted(run_dir.glob("csv/*/metrics.csv")):
+        with path.open() as handle:
+            for row in csv.DictReader(handle):
+                if row.get(key):
+                    values[int(row["step"])] = float(row[key])
+    return values
