@@ -26,9 +26,14 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-__all__ = ["BadImages", "CheckImages", "TrainSchema", "EvalSchema", "register_schemas", "validate_config"]
+__all__ = ["BadImages", "CheckImages", "ConfigTypeError", "TrainSchema", "EvalSchema", "register_schemas",
+           "validate_config"]
 
 SCHEMA_GROUP = "aggzoo_schema"
+
+
+class ConfigTypeError(ValueError):
+    """A config key holds a value of the wrong type; the message names the key and the expected type."""
 
 
 class BadImages(str, Enum):
@@ -117,8 +122,8 @@ def register_schemas() -> None:
 
 
 def validate_config(cfg: DictConfig, kind: str) -> None:
-    """Check the typed keys of a composed ``train`` / ``eval`` config; raises one ``ValueError``
-    naming the key, the value and the expected type."""
+    """Check the typed keys of a composed ``train`` / ``eval`` config; raises one
+    :class:`ConfigTypeError` naming the key, the value and the expected type."""
     node = _lenient(_RUNTIME_SCHEMAS[kind])
     try:
         # As plain data: a config composed on top of the registered schema is typed TrainSchema,
@@ -127,7 +132,7 @@ def validate_config(cfg: DictConfig, kind: str) -> None:
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "?"
         reason = " ".join(str(getattr(err, "msg", err)).split("full_key:")[0].split())
-        raise ValueError(f"config key {key!r}: {reason}. Fix the override or the YAML "
+        raise ConfigTypeError(f"config key {key!r}: {reason}. Fix the override or the YAML "
                          f"(see conf/{kind}.yaml and aggzoo/config_schema.py for the expected types)") from None
 
 

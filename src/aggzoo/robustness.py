@@ -7,23 +7,42 @@
   (:class:`~aggzoo.training.interrupt.GracefulInterrupt`).
 - :class:`EvaluationGuard`: the same for ``eval.py``: preflight, ``bad_images=skip`` (unreadable
   images dropped before extraction, counted in the results), notes under the results table.
+- :func:`reported_user_errors`: for the entry points, prints an error the user caused (bad data,
+  config, disk full, diverged training) as one message and exits with status 2, without a stack
+  trace from inside a library.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import errno
+import logging
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from aggzoo.config_schema import validate_config
+from aggzoo.config_schema import ConfigTypeError, validate_config
+from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable
+from aggzoo.data.images import ImageReadError
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.training.guards import NonFiniteError
 from aggzoo.training.interrupt import GracefulInterrupt
-from aggzoo.validation import check_evaluation, check_training, result_notes
+from aggzoo.training.safe_save import DiskFullError
+from aggzoo.validation import PreflightError, check_evaluation, check_training, result_notes
 
-__all__ = ["check_config", "before_training", "after_training", "EvaluationGuard"]
+__all__ = ["check_config", "before_training", "after_training", "EvaluationGuard", "USER_ERRORS",
+           "reported_user_errors"]
+
+log = logging.getLogger(__name__)
+
+#: Errors whose message already says what was expected and how to fix it.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    PreflightError, ConfigTypeError, ImageReadError, DatasetLayoutError, DatasetFormatError, DiskFullError,
+    NonFiniteError)
 
 
 def _choice(value: Any) -> str:
@@ -107,3 +126,40 @@ class EvaluationGuard:
         """Lines to print under the results table (empty when there is nothing to say)."""
         skipped = self.policy.finalize()
         return "\n".join(result_notes(results, self.policy.log_path if skipped else None))
+
+
+def _user_message(err: BaseException) -> str:
+    text = str(err)
+    # An error raised in a DataLoader worker comes back as "Caught X in DataLoader worker process N.
+    # Original Traceback ...": the last line is the original message.
+    if "Original Traceback" in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        text = last.split(": ", 1)[1] if ": " in last else last
+    return text
+
+
+@contextmanager
+def reported_user_errors(extra: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Print a :data:`USER_ERRORS` error as ``error: <message>`` on stderr and exit with status 2.
+
+    Other exceptions (bugs) propagate with their stack trace. Usage in an entry point::
+
+        with reported_user_errors():
+            train(cfg)
+    """
+    try:
+        yield
+    except USER_ERRORS + tuple(extra) as err:
+        _exit(_user_message(err))
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise
+        # A full disk outside the checkpoint writer (logs, results, the bad-image list).
+        _exit(f"disk full while writing {err.filename or 'the run folder'} ({err.strerror}). Free some space or "
+              "write to a larger disk (paths.output_dir=...); a training run resumes with ckpt_path=last.")
+
+
+def _exit(message: str) -> None:
+    log.error("%s", message)
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2) from None
