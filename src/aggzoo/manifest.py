@@ -302,7 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add.add_argument("name", help="<architecture>.<tag>, e.g. gem_efficientnet_lite0.nordland_mini")
     add.add_argument("checkpoint", help="a Lightning checkpoint of aggzoo's pipeline (or any aggzoo state dict)")
     add.add_argument("--recipe", required=True, help="the command that trained it")
-    add.add_argument("--metrics", required=True, type=_metrics_arg, help='JSON object or file: {"nordland_mini/R@1": 5.3}')
+    add.add_argument("--metrics", required=True, type=_metrics_arg,
+                     help='JSON object or file: {"nordland_mini/R@1": 5.3}')
     add.add_argument("--dataset", choices=_DATASETS, help="where the metrics were measured")
     add.add_argument("--split", default="test")
     add.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"))
@@ -326,7 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             evaluation["synthetic"] = {k: v for k, v in args.synthetic_config.items() if not k.startswith("_")}
     entry = add_entry(
         args.name, args.checkpoint, recipe=args.recipe, metrics=args.metrics, evaluation=evaluation,
-        contents=args.contents, notes=args.notes, command="python -m aggzoo.manifest " + " ".join(sys.argv[1:] if argv is None else argv),
+        contents=args.contents, notes=args.notes,
+        command="python -m aggzoo.manifest " + " ".join(sys.argv[1:] if argv is None else argv),
     )
     print(json.dumps(entry.to_json(), indent=2))
     return 0

@@ -110,7 +110,7 @@ class PretrainedCfg:
         object.__setattr__(self, "metrics", _frozen(self.metrics))
         if self.contents not in ("full", "delta"):
             raise ValueError(f"PretrainedCfg.contents must be 'full' or 'delta', got {self.contents!r}")
-        if self.sha256 is not None and (len(self.sha256) != 64 or any(c not in "0123456789abcdef" for c in self.sha256)):
+        if self.sha256 is not None and not (len(self.sha256) == 64 and set(self.sha256) <= set("0123456789abcdef")):
             raise ValueError(f"PretrainedCfg.sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
         if (self.hf_hub_id is None) != (self.hf_hub_filename is None):
             raise ValueError("PretrainedCfg needs both hf_hub_id and hf_hub_filename, or neither")

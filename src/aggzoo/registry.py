@@ -153,7 +153,8 @@ def pretrained_table(pattern: str = "*") -> str:
     for cfg in list_pretrained(pattern, with_cfg=True):
         recalls = ", ".join(f"{k.removesuffix('/R@1')} {v:g}" for k, v in cfg.metrics.items() if k.endswith("/R@1"))
         size = "x".join(str(v) for v in cfg.input_size[1:])
-        rows.append(f"| {cfg.name} | {cfg.out_dim or '?'} | {size} | {cfg.source} | {cfg.license or '?'} | {recalls or '-'} |")
+        cells = [cfg.name, cfg.out_dim or "?", size, cfg.source, cfg.license or "?", recalls or "-"]
+        rows.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(rows)
 
 
@@ -230,7 +231,8 @@ def normalise_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Validated JSON-ready copy of a spec (``_partial_`` dropped)."""
     spec = _plain(spec)
     if not isinstance(spec, dict) or set(spec) != {"backbone", "head"}:
-        raise ValueError(f"a model spec is {{'backbone': {{...}}, 'head': {{...}}}}; got keys {sorted(spec) if isinstance(spec, dict) else spec!r}")
+        got = sorted(spec) if isinstance(spec, dict) else spec
+        raise ValueError(f"a model spec is {{'backbone': {{...}}, 'head': {{...}}}}; got {got!r}")
     for part in ("backbone", "head"):
         section = spec[part]
         if not isinstance(section, dict) or not isinstance(section.get(_TARGET), str):
@@ -387,7 +389,9 @@ def _from_local_dir(folder: Path, overrides: Mapping[str, Any], backbone_kwargs:
     return model.eval()
 
 
-def _from_checkpoint_file(path: Path, overrides: Mapping[str, Any], backbone_kwargs: Mapping[str, Any] | None) -> nn.Module:
+def _from_checkpoint_file(
+    path: Path, overrides: Mapping[str, Any], backbone_kwargs: Mapping[str, Any] | None
+) -> nn.Module:
     from aggzoo.hub import load_checkpoint, read_spec
 
     spec = normalise_spec(read_spec(path))
@@ -421,7 +425,8 @@ def _hf_hub_folder(repo: str) -> Path:
     for filename in (CONFIG_FILE, WEIGHTS_FILE):
         target = folder / filename
         if not target.is_file():
-            download(f"https://huggingface.co/{repo}/resolve/main/{filename}", target, sha256=None, name=f"hf-hub:{repo}")
+            url = f"https://huggingface.co/{repo}/resolve/main/{filename}"
+            download(url, target, sha256=None, name=f"hf-hub:{repo}")
     json.loads((folder / CONFIG_FILE).read_text())  # fail early on a truncated config
     return folder
 

@@ -22,7 +22,6 @@ from aggzoo.hub import (
 )
 from aggzoo.pretrained import PretrainedCfg
 
-
 pytestmark = pytest.mark.usefixtures("isolated_dirs")
 
 

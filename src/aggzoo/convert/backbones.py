@@ -107,7 +107,9 @@ def resample_dinov2_pos_embed(pos_embed: Tensor, grid: tuple[int, int], num_pref
     return torch.cat([prefix, patches], dim=1)
 
 
-def adapt_dinov2_embeddings(state: Mapping[str, Tensor], model: nn.Module, *, dst: str = _TIMM_BACKBONE) -> dict[str, Tensor]:
+def adapt_dinov2_embeddings(
+    state: Mapping[str, Tensor], model: nn.Module, *, dst: str = _TIMM_BACKBONE
+) -> dict[str, Tensor]:
     """Fold the class position into ``cls_token`` for timm's register models and resample
     ``pos_embed`` to the target ViT's grid (see the module docstring). ``state`` is already renamed."""
     out = dict(state)

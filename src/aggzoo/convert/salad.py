@@ -26,7 +26,8 @@ from aggzoo.convert.common import rename
 __all__ = ["SALAD_AGGREGATOR_RULES", "convert_salad"]
 
 SALAD_AGGREGATOR_RULES = [
-    (r"aggregator\.((?:token_features\.[02]|cluster_features\.[03]|score\.[03])\.(?:weight|bias)|dust_bin)", r"head.\1"),
+    (r"aggregator\.((?:token_features\.[02]|cluster_features\.[03]|score\.[03])\.(?:weight|bias)|dust_bin)",
+     r"head.\1"),
 ]
 
 

@@ -52,10 +52,12 @@ _DIMS = {
 }
 _UPSTREAM = {
     "cosplace": ("CosPlace", convert_cosplace,
-                 "Rethinking Visual Geo-localization for Large-Scale Applications (Berton, Masone & Caputo, CVPR 2022), arXiv:2204.02287",
+                 "Rethinking Visual Geo-localization for Large-Scale Applications "
+                 "(Berton, Masone & Caputo, CVPR 2022), arXiv:2204.02287",
                  "SF-XL, CosPlace classification groups"),
     "eigenplaces": ("EigenPlaces", convert_eigenplaces,
-                    "EigenPlaces: Training Viewpoint Robust Models for Visual Place Recognition (Berton et al., ICCV 2023), arXiv:2308.10832",
+                    "EigenPlaces: Training Viewpoint Robust Models for Visual Place Recognition "
+                    "(Berton et al., ICCV 2023), arXiv:2308.10832",
                     "SF-XL panoramas, EigenPlaces lateral/frontal losses"),
 }
 

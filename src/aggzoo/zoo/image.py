@@ -23,7 +23,8 @@ def image_dinov2_vitb14_reg4(**kwargs: Any) -> nn.Module:
 _PAPER = ("Towards Implicit Aggregation: Robust Image Representation for Place Recognition in the Transformer Era "
           "(Lu et al., NeurIPS 2025), arXiv:2511.06024")
 _RELEASES = {
-    "official": ("ImAge_GSV.pth", "GSV-Cities", {"pitts30k_test/R@1": 94.0, "msls_val/R@1": 93.0, "nordland_10frames/R@1": 93.2}),
+    "official": ("ImAge_GSV.pth", "GSV-Cities",
+                 {"pitts30k_test/R@1": 94.0, "msls_val/R@1": 93.0, "nordland_10frames/R@1": 93.2}),
     "official_merged": ("ImAge_Merged.pth", "the unified (merged) dataset",
                         {"pitts30k_test/R@1": 94.1, "msls_val/R@1": 94.5, "nordland_10frames/R@1": 97.7}),
 }

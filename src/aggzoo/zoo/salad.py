@@ -39,7 +39,8 @@ register_pretrained("salad_dinov2_vitb14.official", PretrainedCfg(
     input_size=_DINOV2_INPUT, interpolation="bicubic", out_dim=8448,
     recipe="serizba/salad main.py: GSV-Cities, 224x224, 4 epochs, AdamW 6e-5, last 4 DINOv2 blocks trained",
     license="GPL-3.0 (serizba/salad)",
-    paper="Optimal Transport Aggregation for Visual Place Recognition (Izquierdo & Civera, CVPR 2024), arXiv:2311.15937",
+    paper="Optimal Transport Aggregation for Visual Place Recognition (Izquierdo & Civera, CVPR 2024), "
+          "arXiv:2311.15937",
     code="https://github.com/serizba/salad",
     metrics={"msls_val/R@1": 92.2, "msls_challenge/R@1": 75.0, "nordland_1frame/R@1": 76.0, "sped/R@1": 92.1},
     notes="Evaluated at 322x322 (README eval.py --image_size 322 322).",
