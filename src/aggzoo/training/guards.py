@@ -115,13 +115,11 @@ class NonFiniteGuard(L.Callback):
         bad_params: list[str] = []
         scaler_handles_grads = str(trainer.precision) in ("16-mixed", "16", "16-true")
         if self.check_gradients and not scaler_handles_grads:
-            named = [(n, p.grad) for n, p in pl_module.named_parameters() if p.grad is not None]
-            if named:
-                # One device sync: the max-abs of every gradient, stacked (NaN and inf survive the max).
-                peaks = torch.stack([torch.linalg.vector_norm(g.detach().float(), ord=math.inf) for _, g in named])
-                if not bool(torch.isfinite(peaks).all()):
-                    flags = torch.isfinite(peaks).cpu().tolist()
-                    bad_params = [n for (n, _), ok in zip(named, flags) if not ok]
+            named = [(n, p.grad.detach()) for n, p in pl_module.named_parameters() if p.grad is not None]
+            # One fused max-abs over all gradients and one device sync (NaN and inf survive the max);
+            # the per-parameter pass that names the culprits runs only when something is wrong.
+            if named and not bool(torch.isfinite(torch.nn.utils.get_total_norm([g for _, g in named], math.inf))):
+                bad_params = [n for n, g in named if not bool(torch.isfinite(g).all())]
         if self._loss is None and not bad_params:
             self._consecutive = 0
             return
