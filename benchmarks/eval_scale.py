@@ -2,7 +2,7 @@
 
     python benchmarks/eval_scale.py                                  # default, a few minutes on 2 CPU cores
     python benchmarks/eval_scale.py --sizes 1000,10000,100000,1000000 --dims 512,2048,4096 --max-cells 5000000000
-    python benchmarks/eval_scale.py --skip-extraction --indexes Flat,HNSW32
+    python benchmarks/eval_scale.py --skip-extraction --indexes Flat,HNSW32,IVFPQfs --hnsw-ef 512 --nprobe 64
 
 Extraction: a real model (``--backbone``, default the ImageNet EfficientNet-Lite0 at 224x224) on
 ``--images`` synthetic JPEGs (480x640, written to a temporary folder), through
@@ -125,17 +125,17 @@ def _divisor_at_most(d: int, m: int) -> int:
     return m
 
 
-def index_specs(n: int, d: int) -> dict[str, tuple[str, str | None]]:
+def index_specs(n: int, d: int, hnsw_ef: int = 128, nprobe: int = 16) -> dict[str, tuple[str, str | None]]:
     nlist = int(2 ** round(np.log2(4 * np.sqrt(n))))
     nlist = max(1, min(nlist, n // 39))
     return {
         "Flat": ("Flat", None),
         "SQfp16": ("SQfp16", None),
-        "HNSW32": ("HNSW32", "efSearch=128"),
+        "HNSW32": ("HNSW32", f"efSearch={hnsw_ef}"),
         # 8-bit PQ, D/8 bytes per vector (32x smaller than float32)
-        "IVFPQ": (f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 8, 256))}", "nprobe=16"),
+        "IVFPQ": (f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 8, 256))}", f"nprobe={nprobe}"),
         # 4-bit fast-scan PQ, D/4 bytes per vector (16x smaller), cheap to train
-        "IVFPQfs": (f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 2, 1024))}x4fs", "nprobe=16"),
+        "IVFPQfs": (f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 2, 1024))}x4fs", f"nprobe={nprobe}"),
     }
 
 
@@ -149,10 +149,11 @@ def index_bytes(index: object) -> int:
 
 
 def search_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, indexes: Sequence[str],
-                 repeats: int) -> str:
+                 repeats: int, hnsw_ef: int = 128, nprobe: int = 16) -> str:
     header = (f"{'N':>9} {'D':>5} {'index':<16} {'build s':>8} {'ms/query':>9} {'vs Flat':>8} {'index MB':>9} "
               f"{'R@1':>6} {'R@10':>6} {'top1=exact':>10}")
-    lines = [f"Search: {n_queries} queries, k = {K}, synthetic clustered descriptors; medians of {repeats}", header,
+    lines = [f"Search: {n_queries} queries, k = {K}, synthetic clustered descriptors, HNSW efSearch {hnsw_ef}, "
+             f"IVF nprobe {nprobe}; medians of {repeats}", header,
              "-" * len(header)]
     for d in dims:
         for n in sizes:
@@ -160,7 +161,7 @@ def search_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, inde
             exact_top1: np.ndarray | None = None
             flat_ms: float | None = None
             for name in indexes:
-                spec, params = index_specs(n, d)[name]
+                spec, params = index_specs(n, d, hnsw_ef, nprobe)[name]
                 stored = db.astype(np.float16) if name == "SQfp16" else db
                 start = time.perf_counter()
                 built = build_index(stored, index=spec, search_params=params, train_size=TRAIN_ROWS)
@@ -190,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-cells", type=int, default=10**8,
                         help="skip (N, D) pairs with N*D above this; raise it for big runs")
+    parser.add_argument("--hnsw-ef", type=int, default=128, help="HNSW efSearch (recall vs speed)")
+    parser.add_argument("--nprobe", type=int, default=16, help="IVF lists visited per query")
     parser.add_argument("--skip-extraction", action="store_true")
     parser.add_argument("--backbone", default="tf_efficientnet_lite0")
     parser.add_argument("--image-size", type=int, default=224)
@@ -206,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for d in dims:
         kept = [n for n in sizes if n * d <= args.max_cells]
         if kept:
-            print(search_table(kept, [d], args.queries, indexes, args.repeats), flush=True)
+            print(search_table(kept, [d], args.queries, indexes, args.repeats, args.hnsw_ef, args.nprobe), flush=True)
             print()
     print(f"process peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
