@@ -93,3 +93,15 @@ def test_loader_workers_ignore_sigint_and_keep_their_own_init(city: Path, tmp_pa
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and calls == [7]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_state_goes_to_last_ckpt_when_checkpointing_keeps_one(city: Path, tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    interrupt = GracefulInterrupt()
+    checkpoints = ModelCheckpoint(dirpath=tmp_path / "checkpoints", save_last=True, save_top_k=0)
+    trainer = tiny_trainer(tmp_path, [CtrlC(at_step=3), interrupt, checkpoints], max_steps=5,
+                           enable_checkpointing=True)
+    trainer.fit(TinyModule(), datamodule=TinyData(city))
+    assert interrupt.saved_path == tmp_path / "checkpoints" / "last.ckpt"
+    assert torch.load(interrupt.saved_path, weights_only=True)["global_step"] == 3  # ckpt_path=last resumes here

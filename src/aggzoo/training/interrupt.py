@@ -10,9 +10,11 @@ SIGINT too, exit, so the loader fails on its next batch.
 
 :class:`GracefulInterrupt` replaces that with a flag: the first Ctrl-C (SIGINT) is noted; at the end
 of the current training step (or of the epoch, when it came during validation) the full training
-state is saved to ``<checkpoint folder>/interrupted.ckpt`` and the trainer stops; the pipeline then
-skips the test evaluation and prints how to resume. A second Ctrl-C aborts at once (Lightning's
-behaviour). Loader workers ignore SIGINT so they stay alive for the last step.
+state is saved and the trainer stops; the pipeline then skips the test evaluation and prints how to
+resume. The state goes to the ``last.ckpt`` of the ``ModelCheckpoint`` when it keeps one (so
+``ckpt_path=last`` resumes from it, mid-epoch), else to ``<default_root_dir>/interrupted.ckpt``. A
+second Ctrl-C aborts at once (Lightning's behaviour). Loader workers ignore SIGINT so they stay
+alive for the last step.
 """
 
 from __future__ import annotations
@@ -62,14 +64,14 @@ def _loaders(obj: Any) -> list[Any]:
 
 
 class GracefulInterrupt(L.Callback):
-    """First Ctrl-C: save ``interrupted.ckpt`` at the next step boundary and stop (see module docstring).
+    """First Ctrl-C: save a checkpoint at the next step boundary and stop (see module docstring).
 
     Args:
-        filename: checkpoint file name, written in the ``ModelCheckpoint`` folder (else the
-            trainer's ``default_root_dir``).
+        filename: file name in the ``ModelCheckpoint`` folder; default ``last.ckpt`` when that
+            callback keeps one, else ``interrupted.ckpt`` in the trainer's ``default_root_dir``.
     """
 
-    def __init__(self, *, filename: str = "interrupted.ckpt") -> None:
+    def __init__(self, *, filename: str | None = None) -> None:
         self.filename = filename
         self.requested = False
         self.saved_path: Path | None = None
@@ -138,10 +140,18 @@ class GracefulInterrupt(L.Callback):
 
     def _save_and_stop(self, trainer: L.Trainer) -> None:
         if self.saved_path is None:
-            folder = getattr(trainer.checkpoint_callback, "dirpath", None) or trainer.default_root_dir
-            path = Path(folder) / self.filename
+            path = self._target(trainer)
             trainer.save_checkpoint(path)
             self.saved_path = path
             log.warning("interrupted: saved %s at global step %d (epoch %d); resume with ckpt_path=%s",
                         path, trainer.global_step, trainer.current_epoch, path)
         trainer.should_stop = True
+
+    def _target(self, trainer: L.Trainer) -> Path:
+        callback = trainer.checkpoint_callback
+        folder = getattr(callback, "dirpath", None)
+        if self.filename is not None:
+            return Path(folder or trainer.default_root_dir) / self.filename
+        if folder and getattr(callback, "save_last", False):
+            return Path(folder) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
+        return Path(trainer.default_root_dir) / "interrupted.ckpt"
