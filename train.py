@@ -4,13 +4,16 @@ import hydra
 from omegaconf import DictConfig
 
 import aggzoo  # noqa: F401  (sets NO_ALBUMENTATIONS_UPDATE before anything imports albumentations)
+import aggzoo.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
+from aggzoo.robustness import reported_user_errors
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     from aggzoo.pipeline import train
 
-    train(cfg)
+    with reported_user_errors():  # a user's mistake prints one 'error: ...' line, exit status 2
+        train(cfg)
 
 
 if __name__ == "__main__":
