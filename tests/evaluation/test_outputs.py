@@ -42,12 +42,14 @@ def vg_colours(tmp_path: Path) -> Path:
     for i, colour in enumerate(colours):
         out = root / "images/test/database"
         out.mkdir(parents=True, exist_ok=True)
-        Image.new("RGB", (16, 12), tuple(int(c) for c in colour)).save(out / f"@{1000 + 100 * i}.00@5000.00@@@@@{i:03d}@.png")
+        name = f"@{1000 + 100 * i}.00@5000.00@@@@@{i:03d}@.png"
+        Image.new("RGB", (16, 12), tuple(int(c) for c in colour)).save(out / name)
     for i in range(10):
         out = root / "images/test/queries"
         out.mkdir(parents=True, exist_ok=True)
         noisy = np.clip(colours[i] + rng.integers(-20, 21, size=3), 0, 255)
-        Image.new("RGB", (16, 12), tuple(int(c) for c in noisy)).save(out / f"@{1000 + 100 * i + 5}.00@5000.00@@@@@q{i:03d}@.png")
+        name = f"@{1000 + 100 * i + 5}.00@5000.00@@@@@q{i:03d}@.png"
+        Image.new("RGB", (16, 12), tuple(int(c) for c in noisy)).save(out / name)
     return root
 
 

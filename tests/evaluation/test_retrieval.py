@@ -37,7 +37,8 @@ def integer_descriptors(rng, n, d):
 
 
 def random_positives(rng, n_q, n_db, empty_every=5):
-    return [np.empty(0, np.int64) if i % empty_every == 0 else np.sort(rng.choice(n_db, rng.integers(1, 6), replace=False))
+    return [np.empty(0, np.int64) if i % empty_every == 0
+            else np.sort(rng.choice(n_db, rng.integers(1, 6), replace=False))
             for i in range(n_q)]
 
 

@@ -44,7 +44,8 @@ def _float(value: str, column: str, csv_path: Path, line: int) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise DatasetFormatError(f"{csv_path}, line {line}: column {column!r} must be a number, got {value!r}") from None
+        raise DatasetFormatError(
+            f"{csv_path}, line {line}: column {column!r} must be a number, got {value!r}") from None
 
 
 def load_folder(
@@ -72,7 +73,8 @@ def load_folder(
         columns = [c.strip() for c in reader.fieldnames or []]
         rows = [{(k or "").strip(): (v or "").strip() for k, v in row.items()} for row in reader]
     if "path" not in columns or "role" not in columns:
-        raise DatasetFormatError(f"{csv_path}: needs columns 'path' and 'role', found {columns}. Expected {FOLDER_LAYOUT}")
+        raise DatasetFormatError(
+            f"{csv_path}: needs columns 'path' and 'role', found {columns}. Expected {FOLDER_LAYOUT}")
     if "place" in columns:
         kind = "place"
     elif {"lat", "lon"} <= set(columns):
@@ -89,7 +91,8 @@ def load_folder(
     for line, row in enumerate(rows, start=2):
         role = _ROLES.get(row["role"].lower())
         if role is None:
-            raise DatasetFormatError(f"{csv_path}, line {line}: role must be 'database' or 'query', got {row['role']!r}")
+            raise DatasetFormatError(
+                f"{csv_path}, line {line}: role must be 'database' or 'query', got {row['role']!r}")
         path = root / row["path"]
         if check_images and not path.is_file():
             raise DatasetFormatError(f"{csv_path}, line {line}: image not found: {path}")

@@ -2,7 +2,7 @@
 image-to-image task, as its official evaluation defines it::
 
     <root>/train_val/<city>/{query,database}/images/<key>.jpg
-                                            /seq_info.csv        key, sequence_key, frame_number (row order = frame index)
+                                            /seq_info.csv        key, sequence_key, frame_number (row = frame)
                                             /postprocessed.csv   key, easting, northing, night, view_direction, ...
                                             /raw.csv             key, lon, lat, ca, captured_at, pano
                                             /subtask_index.csv   all, s2w, w2s, o2n, n2o, d2n, n2d (booleans)
@@ -32,7 +32,8 @@ __all__ = ["MSLS_LAYOUT", "MSLS_SOURCE", "MSLS_VAL_CITIES", "MSLS_TEST_CITIES", 
 
 MSLS_LAYOUT = ("<root>/{train_val|test}/<city>/{query,database}/images/<key>.jpg with seq_info.csv, "
                "subtask_index.csv (+ postprocessed.csv, raw.csv in train_val)")
-MSLS_SOURCE = "https://www.mapillary.com/dataset/places (request access; unzip images_vol_*.zip and metadata.zip together)"
+MSLS_SOURCE = ("https://www.mapillary.com/dataset/places (request access; unzip images_vol_*.zip and metadata.zip "
+               "together)")
 MSLS_VAL_CITIES = ("cph", "sf")
 MSLS_TEST_CITIES = ("miami", "athens", "buenosaires", "stockholm", "bengaluru", "kampala")
 _SUBTASKS = ("all", "s2w", "w2s", "o2n", "n2o", "d2n", "n2d")

@@ -70,7 +70,8 @@ class PCAWhitening:
         max_dim = min(n - 1, d_in)
         dim = max_dim if dim is None else int(dim)
         if not 1 <= dim <= max_dim:
-            raise ValueError(f"PCA dim must be in [1, {max_dim}] for {n} training descriptors of size {d_in}, got {dim}")
+            raise ValueError(
+                f"PCA dim must be in [1, {max_dim}] for {n} training descriptors of size {d_in}, got {dim}")
         mean = x.mean(axis=0, dtype=np.float64)
         cov = np.zeros((d_in, d_in), dtype=np.float64)
         for start in range(0, n, chunk):  # float64 covariance without a float64 copy of all of x

@@ -15,7 +15,9 @@ import numpy as np
 
 from aggzoo.evaluation.retrieval import RetrievalResult
 
-__all__ = ["format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries"]
+__all__ = [
+    "format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries",
+]
 
 
 def _ks(results: Sequence[RetrievalResult]) -> list[int]:
@@ -101,7 +103,8 @@ def plot_recall_curves(results: Sequence[RetrievalResult], path: str | Path, tit
     axes = figure.add_subplot(1, 1, 1)
     for r in results:
         ks = np.arange(1, len(r.curve) + 1)
-        (line,) = axes.plot(ks, 100 * np.asarray(r.curve), label=f"{r.name} (R@1 {100 * r.recalls.get(1, r.curve[0]):.1f})")
+        label = f"{r.name} (R@1 {100 * r.recalls.get(1, r.curve[0]):.1f})"
+        (line,) = axes.plot(ks, 100 * np.asarray(r.curve), label=label)
         marked = [k for k in r.recalls if k <= len(r.curve)]
         axes.scatter(marked, [100 * r.curve[k - 1] for k in marked], color=line.get_color(), s=18, zorder=3)
     axes.set_xscale("log")

@@ -46,7 +46,8 @@ def size_multiple(model: nn.Module) -> int:
 def snap_size(size: float | Sequence[float], multiple: int) -> tuple[int, int]:
     """Round ``(H, W)`` to the nearest multiples of ``multiple`` (at least one multiple): 320 -> 322 for 14."""
     height, width = (size, size) if isinstance(size, (int, float)) else (float(size[0]), float(size[1]))
-    return tuple(max(multiple, int(round(side / multiple)) * multiple) for side in (height, width))  # type: ignore[return-value]
+    snapped = [max(multiple, int(round(side / multiple)) * multiple) for side in (height, width)]
+    return snapped[0], snapped[1]
 
 
 class _PILBicubic:
