@@ -38,3 +38,18 @@ def test_linear_decay_salad() -> None:
     f = _factors(linear_decay, 60, total_steps=60, steps_per_epoch=10, start_factor=1.0, end_factor=0.2,
                  decay_steps=40)
     assert f[0] == 1.0 and f[20] == pytest.approx(0.6) and f[40] == pytest.approx(0.2) and f[59] == pytest.approx(0.2)
+
+
+def test_step_decay_image() -> None:
+    from aggzoo.training.schedulers import step_decay
+
+    f = _factors(step_decay, 70, total_steps=70, steps_per_epoch=10, step_epochs=3, gamma=0.5)
+    assert f[29] == 1.0 and f[30] == pytest.approx(0.5) and f[59] == pytest.approx(0.5) and f[60] == pytest.approx(0.25)
+
+
+def test_warmup_in_epochs_boq() -> None:
+    # BoQ: linear warmup over 10 epochs, then x0.1 at epochs 10/20/30 (here 4 steps per epoch)
+    f = _factors(warmup_multistep, 90, total_steps=160, steps_per_epoch=4, warmup_steps=999, warmup_epochs=10,
+                 milestones=[10, 20], gamma=0.1)
+    assert f[0] == pytest.approx(1 / 40) and f[38] == pytest.approx(39 / 40)
+    assert f[40] == pytest.approx(0.1) and f[80] == pytest.approx(0.01)

@@ -1,0 +1,143 @@
+"""Collect training runs (a sweep's folder, or any folder of runs) into one comparison table.
+
+    python train.py -m head=gem,netvlad,convap trainer.max_epochs=3
+    python -m aggzoo.training.collect_runs logs/train/multiruns/<date>   [--format md|csv|json] [--sort R@1]
+
+Every run folder holding a ``run_summary.json`` (written by :func:`aggzoo.pipeline.train`) becomes one
+row: what the sweep changed (its Hydra overrides), head, descriptor size, parameters, seconds and
+images per training step, and Recall@k of the trained model (and of the untrained baseline) on each
+test benchmark. Folders of runs that failed or are still running are listed with no metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["collect_runs", "format_runs", "main"]
+
+SUMMARY_FILE = "run_summary.json"
+
+
+def _common_overrides(runs: list[dict[str, Any]]) -> set[str]:
+    # What every run shares is the sweep's fixed part; a lone run shows all its overrides.
+    sets = [set(r.get("overrides", [])) for r in runs if r.get("overrides") is not None]
+    return set.intersection(*sets) if len(sets) > 1 else set()
+
+
+def collect_runs(root: str | Path) -> list[dict[str, Any]]:
+    """One dict per run folder under ``root`` (``root`` itself included), sorted by folder.
+
+    A run without a summary (failed, killed or still running) gets ``{"run": ..., "status": ...}``
+    only: it is a folder with a Hydra ``.hydra/`` config but no ``run_summary.json``.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(f"{root}: no such folder (pass a sweep folder like logs/train/multiruns/<date>)")
+    runs: list[dict[str, Any]] = []
+    summaries = {p.parent for p in root.rglob(SUMMARY_FILE)}
+    for folder in sorted({p.parent.parent for p in root.rglob(".hydra/config.yaml")} | summaries):
+        entry: dict[str, Any] = {"run": str(folder.relative_to(root)) if folder != root else "."}
+        summary_path = folder / SUMMARY_FILE
+        if summary_path.is_file():
+            entry.update(json.loads(summary_path.read_text()))
+            entry["status"] = "done"
+        else:
+            overrides = folder / ".hydra" / "overrides.yaml"
+            entry["overrides"] = [line[2:].strip() for line in overrides.read_text().splitlines()
+                                  if line.startswith("- ")] if overrides.is_file() else []
+            entry["status"] = "no summary (failed, killed or running)"
+        runs.append(entry)
+    if not runs:
+        raise FileNotFoundError(f"no runs under {root} (looked for {SUMMARY_FILE} and .hydra/config.yaml)")
+    return runs
+
+
+def _rows(runs: list[dict[str, Any]], ks: Sequence[int]) -> tuple[list[str], list[list[Any]]]:
+    common = _common_overrides(runs)
+    benchmarks = sorted({name for r in runs for name in (r.get("test", {}).get("trained", {}) or {})})
+    header = ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
+    for name in benchmarks:
+        header += [f"{name} R@{k}" for k in ks] + [f"{name} untrained R@1"]
+    header.append("status")
+    rows = []
+    for r in runs:
+        changes = " ".join(o for o in r.get("overrides", []) if o not in common) or "-"
+        row: list[Any] = [r["run"], changes, r.get("head"), r.get("descriptor_dim"),
+                          _millions(r.get("params")), _millions(r.get("trainable_params")),
+                          _round(r.get("seconds_per_step"), 3), _round(r.get("images_per_second"), 1)]
+        trained = (r.get("test", {}) or {}).get("trained", {}) or {}
+        baseline = (r.get("test", {}) or {}).get("untrained", {}) or {}
+        for name in benchmarks:
+            recalls = trained.get(name, {})
+            row += [_percent(recalls.get(str(k))) for k in ks]
+            row.append(_percent(baseline.get(name, {}).get("1")))
+        row.append(r.get("status"))
+        rows.append(row)
+    return header, rows
+
+
+def _millions(value: Any) -> Any:
+    return None if value is None else round(value / 1e6, 3)
+
+
+def _round(value: Any, digits: int) -> Any:
+    return None if value is None else round(float(value), digits)
+
+
+def _percent(value: Any) -> Any:
+    return None if value is None else round(100.0 * float(value), 2)
+
+
+def format_runs(runs: list[dict[str, Any]], *, fmt: str = "md", ks: Sequence[int] = (1, 5, 10),
+                sort: str | None = None) -> str:
+    """The comparison table as Markdown (``md``), ``csv`` or ``json``. ``sort``: a column name
+    (``"R@1"`` sorts by the first benchmark's R@1), largest first."""
+    header, rows = _rows(runs, ks)
+    if sort:
+        column = next((i for i, h in enumerate(header) if h == sort or h.endswith(" " + sort)), None)
+        if column is None:
+            raise ValueError(f"--sort {sort!r}: no such column; columns are {header}")
+        rows.sort(key=lambda row: (row[column] is None, -(row[column] or 0) if isinstance(row[column], (int, float))
+                                   else str(row[column])))
+    if fmt == "json":
+        return json.dumps([dict(zip(header, row)) for row in rows], indent=2)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(header)
+        writer.writerows(rows)
+        return out.getvalue()
+    if fmt != "md":
+        raise ValueError(f"format must be md, csv or json, got {fmt!r}")
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in cells]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", type=Path, help="a sweep folder (logs/train/multiruns/<date>) or any folder of runs")
+    parser.add_argument("--format", choices=("md", "csv", "json"), default="md")
+    parser.add_argument("--ks", type=int, nargs="+", default=[1, 5, 10], help="Recall@k columns")
+    parser.add_argument("--sort", default=None, help='sort by a column, largest first (e.g. "R@1", "img/s")')
+    args = parser.parse_args(argv)
+    try:
+        runs = collect_runs(args.root)
+        print(format_runs(runs, fmt=args.format, ks=args.ks, sort=args.sort))
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Every conf/experiment recipe composes, matches the published values of REFERENCE.md (sections 2, 3
+and 5, parsed from the file itself), builds the published network (descriptor size, cut, frozen
+part), and trains one step on tiny stand-ins with its own optimiser, schedule and augmentation."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import lightning.pytorch as L
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from aggzoo.pipeline import build_model, train
+from train_helpers import CONF, REPO, compose_train
+
+REFERENCE = REPO.parent / "shared" / "REFERENCE.md"
+RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem != "quick")
+
+#: recipe -> its row label in REFERENCE.md section 3 (recipes without a row there: None)
+TABLE_ROW = {"convap_resnet50": "ConvAP R50", "mixvpr_resnet50": "MixVPR R50", "salad_dinov2": "SALAD DINOv2",
+             "boq_dinov2": "BoQ DINOv2", "image_dinov2": "ImAge", "boq_resnet50": None,
+             "cosplace_resnet50": None, "netvlad_resnet50": None}
+#: recipe -> its row label in REFERENCE.md section 5 (descriptor size in parentheses)
+RESULT_ROW = {"convap_resnet50": "ResNet50-ConvAP", "mixvpr_resnet50": "ResNet50-MixVPR",
+              "salad_dinov2": "DINOv2-SALAD", "boq_dinov2": "DINOv2-BoQ", "boq_resnet50": "ResNet50-BoQ",
+              "image_dinov2": "ImAge GSV"}
+OPTIMIZERS = {"Adam": "torch.optim.Adam", "AdamW": "torch.optim.AdamW", "SGD": "torch.optim.SGD"}
+
+
+def _reference_rows() -> dict[str, list[str]]:
+    if not REFERENCE.is_file():
+        pytest.skip(f"{REFERENCE} not found (it sits beside the team's checkout)")
+    rows = {}
+    for line in REFERENCE.read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("| model"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_every_recipe_is_checked() -> None:
+    assert set(RECIPES) == set(TABLE_ROW), "a new recipe needs its REFERENCE.md row here"
+
+
+@pytest.mark.parametrize("recipe", [r for r, row in TABLE_ROW.items() if row])
+def test_recipe_values_match_reference_table(recipe: str, tmp_path: Path) -> None:
+    size, pxk, optimiser, schedule, epochs = _reference_rows()[TABLE_ROW[recipe]]
+    cfg = compose_train([f"experiment={recipe}"], tmp_path)
+    train_size, eval_size = (int(s) for s in size.split("/"))
+    assert list(cfg.data.image_size) == [train_size, train_size]
+    assert list(cfg.data.eval_image_size) == [eval_size, eval_size]
+    p, k = (int(v) for v in pxk.split("x"))
+    assert (cfg.data.places_per_batch, cfg.data.train.img_per_place) == (p, k)
+    name, lr = re.match(r"(\w+) ([\d.e-]+)", optimiser).groups()
+    assert cfg.optimizer._target_ == OPTIMIZERS[name] and cfg.optimizer.lr == pytest.approx(float(lr))
+    if wd := re.search(r"wd ([\d.e-]+)", optimiser):
+        assert cfg.optimizer.weight_decay == pytest.approx(float(wd.group(1)))
+    assert cfg.trainer.max_epochs == int(epochs)
+    sched = cfg.scheduler
+    if m := re.match(r"warmup (\d+)(?: steps)?, x([\d.]+) at \[([\d,]+)\]", schedule):
+        assert sched._target_.endswith("warmup_multistep") and sched.warmup_steps == int(m.group(1))
+        assert sched.gamma == pytest.approx(float(m.group(2)))
+        assert list(sched.milestones) == [int(v) for v in m.group(3).split(",")]
+    elif m := re.match(r"linear ([\d.]+) -> ([\d.]+) over (\d+) steps", schedule):
+        assert sched._target_.endswith("linear_decay") and sched.decay_steps == int(m.group(3))
+        assert (sched.start_factor, sched.end_factor) == (float(m.group(1)), float(m.group(2)))
+    elif m := re.match(r"(\d+)-epoch warmup, x([\d.]+) every (\d+)", schedule):
+        assert sched._target_.endswith("warmup_multistep") and sched.warmup_epochs == int(m.group(1))
+        every = int(m.group(3))
+        assert list(sched.milestones) == list(range(every, int(epochs), every))
+        assert sched.gamma == pytest.approx(float(m.group(2)))
+    elif m := re.match(r"x([\d.]+) every (\d+) epochs", schedule):
+        assert sched._target_.endswith("step_decay") and sched.step_epochs == int(m.group(2))
+        assert sched.gamma == pytest.approx(float(m.group(1)))
+    else:
+        pytest.fail(f"unparsed schedule {schedule!r}")
+
+
+def _trainable_blocks(model) -> int:
+    blocks = model.backbone.model.blocks
+    return sum(any(p.requires_grad for p in block.parameters()) for block in blocks)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> None:
+    cfg = compose_train([f"experiment={recipe}", "backbone.pretrained=false"], tmp_path)
+    with torch.device("meta"):  # the full-size architecture, without allocating or initialising weights
+        model = build_model({"backbone": cfg.backbone, "head": cfg.head})
+    if recipe in RESULT_ROW:
+        row = next(label for label in _reference_rows() if label.startswith(RESULT_ROW[recipe] + " ("))
+        assert model.out_dim == int(re.search(r"\((\d+)\)", row).group(1))
+    name = cfg.backbone.model_name
+    if name == "resnet50":  # REFERENCE section 2: layer3 (1024 ch) for MixVPR/BoQ/NetVLAD, layer4 for ConvAP/CosPlace
+        expected = 2048 if recipe in ("convap_resnet50", "cosplace_resnet50") else 1024
+        assert model.backbone.out_channels == expected
+        frozen = {n.split(".")[1] for n, p in model.backbone.named_parameters() if not p.requires_grad}
+        trainable = {n.split(".")[1] for n, p in model.backbone.named_parameters() if p.requires_grad}
+        assert "layer1" in frozen and "layer3" in trainable and not frozen & trainable
+        assert ("layer2" in trainable) == (recipe == "boq_resnet50")  # BoQ unfreezes 2 of the cropped stages
+    else:  # DINOv2: SALAD trains the last 4 blocks + final norm, BoQ the last 2 without it, ImAge 8-11
+        expected = {"salad_dinov2": 4, "boq_dinov2": 2, "image_dinov2": 4}[recipe]
+        assert _trainable_blocks(model) == expected
+        assert cfg.backbone.get("final_norm", True) == (recipe != "boq_dinov2")
+
+
+#: tiny stand-ins per backbone family (the recipe keeps its head, optimiser, schedule and augmentation)
+STAND_INS = {
+    "resnet50": ["backbone.model_name=test_resnet", "backbone.pretrained=false"],
+    "vit_base_patch14_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
+                                "backbone.frozen_stages=4"],
+    "vit_base_patch14_reg4_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
+                                     "backbone.insert_before_block=4"],
+}
+HEAD_FIT = {"mixvpr_resnet50": ["head.in_h=2", "head.in_w=3"], "salad_dinov2": ["head.num_clusters=4"]}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_recipe_trains_a_step_on_tiny_stand_ins(recipe: str, tiny_data, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGGZOO_DATA", str(tiny_data.root))
+    model_name = compose_train([f"experiment={recipe}"], tmp_path).backbone.model_name
+    overrides = [f"experiment={recipe}", *STAND_INS[model_name], *HEAD_FIT.get(recipe, []), "synthetic=tiny",
+                 f"data.train.root={tiny_data.gsv}", "data.places_per_batch=4", "data.num_workers=0",
+                 "data.image_size=[32,48]", "data.eval_image_size=[32,48]", "benchmark@val_benchmarks=[]",
+                 "benchmark@test_benchmarks=[]", "evaluate_baseline=false", "trainer.precision=32-true",
+                 "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.accelerator=cpu",
+                 "callbacks.head_data_init.num_images=24", "callbacks.head_data_init.descriptors_per_image=8",
+                 "logger=csv_only", "callbacks.progress_bar.refresh_rate=0", f"paths.log_dir={tmp_path}/logs"]
+    cfg = compose_train(overrides, tmp_path / "run")
+    L.seed_everything(cfg.seed, verbose=False)  # train() builds the same initial model from the seed
+    before = {k: v.clone() for k, v in build_model({"backbone": cfg.backbone, "head": cfg.head}).state_dict().items()}
+    result = train(cfg)
+    trainer = result["trainer"]
+    assert trainer.global_step == 1
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    after = trainer.lightning_module.model.state_dict()
+    changed = [k for k in before if before[k].is_floating_point() and not torch.equal(before[k], after[k])]
+    assert any(k.startswith("backbone.") for k in changed)
+    head_weights = [k for k in before if k.startswith("head.") and before[k].is_floating_point()]
+    assert not head_weights or any(k in changed for k in head_weights)
+    assert type(trainer.optimizers[0]).__name__ == instantiate(cfg.optimizer).func.__name__

@@ -1,0 +1,55 @@
+"""A real ``python train.py -m head=...`` sweep, then the collect command's comparison table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aggzoo.training.collect_runs import collect_runs, format_runs, main
+from train_helpers import TINY, train_py
+
+
+def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logs = tmp_path / "logs"
+    sweep = train_py(["-m", "head=gem,avgpool", *TINY, "data.places_per_batch=6", "trainer.max_epochs=1",
+                      "trainer.limit_train_batches=3", "benchmark@val_benchmarks=[]", f"paths.log_dir={logs}"],
+                     tiny_data.root)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    (sweep_dir,) = (logs / "train" / "multiruns").iterdir()
+
+    runs = collect_runs(sweep_dir)
+    assert [r["run"] for r in runs] == ["0", "1"] and all(r["status"] == "done" for r in runs)
+    gem, avg = runs
+    assert (gem["head"], avg["head"]) == ("GeM", "AvgPool")
+    assert gem["descriptor_dim"] == avg["descriptor_dim"] == 192  # test_resnet layer3 channels
+    assert gem["trainable_params"] == avg["trainable_params"] + 1  # GeM's p
+    assert gem["global_step"] == avg["global_step"] == 3 and gem["seconds_per_step"] > 0
+    untrained, trained = json.loads((sweep_dir / "0" / "test_results.json").read_text())["results"]
+    assert gem["test"]["trained"]["synthetic_test"] == trained["recalls"]
+    assert gem["test"]["untrained"]["synthetic_test"] == untrained["recalls"]
+
+    assert main([str(sweep_dir), "--sort", "R@1"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert header[:8] == ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
+    assert "synthetic_test R@1" in header and "synthetic_test untrained R@1" in header
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    assert sorted(row[1] for row in rows) == ["head=avgpool", "head=gem"]  # only what the sweep varied
+    r1 = header.index("synthetic_test R@1")
+    values = [float(row[r1]) for row in rows]
+    assert values == sorted(values, reverse=True)
+    assert {float(row[r1]) for row in rows} == {round(100 * r["test"]["trained"]["synthetic_test"]["1"], 2)
+                                                for r in runs}
+
+
+def test_collect_lists_runs_without_summary_and_rejects_empty_folders(tmp_path: Path) -> None:
+    (tmp_path / "0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "0" / ".hydra" / "config.yaml").write_text("{}\n")
+    (tmp_path / "0" / ".hydra" / "overrides.yaml").write_text("- head=salad\n")
+    (runs,) = [collect_runs(tmp_path)]
+    assert runs[0]["status"].startswith("no summary") and runs[0]["overrides"] == ["head=salad"]
+    assert "head=salad" in format_runs(runs, fmt="csv")
+    with pytest.raises(FileNotFoundError, match="no runs under"):
+        collect_runs(tmp_path / "0" / ".hydra")
