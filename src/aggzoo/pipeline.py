@@ -9,24 +9,32 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmarks
 from aggzoo.evaluation.report import format_table, write_json
+from aggzoo.evaluation.test_time import protocol_transform, size_multiple
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
 from aggzoo.models.vpr_model import VPRModel
+from aggzoo.robustness import EvaluationGuard, after_training, before_training, check_config
 from aggzoo.training.callbacks import UntrainedBaseline
+from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
 from aggzoo.training.datamodule import VPRDataModule
 from aggzoo.training.module import VPRLightningModule
+from aggzoo.training.timing import StepTimer
+from aggzoo.validation import build_model_checked, result_notes
 
-__all__ = ["build_model", "load_benchmarks", "train", "evaluate", "model_from_checkpoint"]
+__all__ = ["build_model", "build_training", "load_benchmarks", "train", "evaluate", "model_from_checkpoint",
+           "TrainingParts"]
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +48,6 @@ def build_model(model_cfg: DictConfig | Mapping[str, Any]) -> VPRModel:
     return VPRModel(backbone, instantiate(model_cfg["head"]))
 
 
-def load_benchmarks(nodes: DictConfig | None) -> dict[str, RetrievalSet]:
-    """``{name: loader node}`` (the ``benchmark`` config group) -> loaded retrieval sets."""
-    return {str(name): instantiate(node) for name, node in (nodes or {}).items()}
 
 
 def _normalisation(model: VPRModel) -> dict[str, Any]:
@@ -72,37 +77,86 @@ class _ModelConfigInCheckpoint(L.Callback):
         checkpoint[MODEL_CONFIG_KEY] = self.model_cfg
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train ``cfg.backbone`` + ``cfg.head`` on ``cfg.data``, validate on ``cfg.val_benchmarks``
-    each epoch, then evaluate the best checkpoint and the untrained model on ``cfg.test_benchmarks``.
+@dataclass
+class TrainingParts:
+    """What :func:`build_training` assembles from a train config."""
 
-    Returns a dict with the trainer, the best checkpoint path and the test results.
-    """
-    started = time.perf_counter()
-    L.seed_everything(cfg.seed, workers=True)
-    model_cfg = {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
-                 "head": OmegaConf.to_container(cfg.head, resolve=True)}
-    model = build_model(model_cfg)
+    model: VPRModel
+    module: VPRLightningModule
+    datamodule: VPRDataModule
+    test_sets: dict[str, RetrievalSet]
+    test_transform: Any
+
+
+def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) -> TrainingParts:
+    """Model, LightningModule and data module of a train config (no trainer, no callbacks): what
+    :func:`train` runs, and what ``benchmarks/train_throughput.py`` times against a plain loop."""
+    if model_cfg is None:
+        model_cfg = {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
+                     "head": OmegaConf.to_container(cfg.head, resolve=True)}
+    model = build_model_checked(build_model, model_cfg)
     norm = _normalisation(model)
     data = cfg.data
-    train_dataset = instantiate(data.train)(
-        transform=train_transform(data.image_size, **norm, strength=data.augment_strength))
+    # A recipe may name its own augmentation (data.augmentation, e.g. RandAugment); else the default.
+    augmentation = instantiate(data.augmentation) if data.get("augmentation") else None
+    augment = (augmentation(data.image_size, **norm) if augmentation is not None
+               else train_transform(data.image_size, **norm, strength=data.augment_strength))
+    train_dataset = instantiate(data.train)(transform=augment)
     test_transform = eval_transform(data.eval_image_size, **norm)
     val_sets = load_benchmarks(cfg.get("val_benchmarks"))
     test_sets = load_benchmarks(cfg.get("test_benchmarks"))
     datamodule = VPRDataModule(train_dataset=train_dataset, val_sets=val_sets, eval_transform=test_transform,
                                places_per_batch=data.places_per_batch, num_workers=data.num_workers,
-                               eval_batch_size=cfg.eval_batch_size)
-    loss = instantiate(cfg.loss)
+                               eval_batch_size=cfg.eval_batch_size, seed=cfg.seed)
+    options = cfg.model
+    compile_option = options.get("compile", False)
     module = VPRLightningModule(
-        model, loss=loss, optimizer=instantiate(cfg.optimizer),
+        model, loss=instantiate(cfg.loss), optimizer=instantiate(cfg.optimizer),
         scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
-        lr_multipliers=cfg.model.lr_multipliers, no_weight_decay=cfg.model.no_weight_decay,
+        lr_multipliers=options.lr_multipliers, no_weight_decay=options.no_weight_decay,
         val_sets={name: (s.num_database, s.positives) for name, s in val_sets.items()},
-        recall_ks=cfg.recall_ks)
+        recall_ks=cfg.recall_ks, head_fp32=options.get("head_fp32", False),
+        gather_loss=options.get("gather_loss", True),
+        gradient_checkpointing=options.get("gradient_checkpointing", False),
+        compile=OmegaConf.to_container(compile_option) if isinstance(compile_option, DictConfig) else bool(compile_option))
+    return TrainingParts(model, module, datamodule, test_sets, test_transform)
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train ``cfg.backbone`` + ``cfg.head`` on ``cfg.data``, validate on ``cfg.val_benchmarks``
+    each epoch, then evaluate the best checkpoint and the untrained model on ``cfg.test_benchmarks``.
+
+    ``ckpt_path`` (``last``, a run folder or a ``.ckpt`` file) resumes a run in its own folder,
+    with its optimiser, scheduler, sampler position and RNG streams. The run folder receives
+    ``checkpoints/``, logs, ``test_results.json`` and ``run_summary.json`` (read by
+    ``python -m aggzoo.training.collect_runs``).
+
+    Returns a dict with the trainer, the best checkpoint path and the test results.
+    """
+    started = time.perf_counter()
+    check_config(cfg, "train")
+    L.seed_everything(cfg.seed, workers=True)
+    model_cfg = {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
+                 "head": OmegaConf.to_container(cfg.head, resolve=True)}
+    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), search_root=Path(cfg.paths.log_dir) / str(cfg.task_name),
+                                  own_dir=Path(cfg.paths.output_dir))
+    if ckpt_path is not None and (resumed_dir := run_dir_of(ckpt_path)) is not None:
+        # Continue in the interrupted run's folder: its checkpoint callback state (best model) stays
+        # valid and the run keeps one folder of checkpoints and results.
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(resumed_dir)
+        log.info("resuming %s in %s", ckpt_path, resumed_dir)
+    parts = build_training(cfg, model_cfg)
+    image_policy = before_training(cfg, parts)  # bad_images policy + preflight checks, before any training
+    model, module, datamodule = parts.model, parts.module, parts.datamodule
+    test_sets, test_transform, data = parts.test_sets, parts.test_transform, cfg.data
+    if ckpt_path is not None:
+        check_checkpoint_matches(ckpt_path, module, model_cfg, config_key=MODEL_CONFIG_KEY)
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks.append(_ModelConfigInCheckpoint(model_cfg))
+    timer = StepTimer()
+    callbacks.append(timer)
     baseline = UntrainedBaseline(test_sets, test_transform, recall_ks=tuple(cfg.recall_ks),
                                  batch_size=cfg.eval_batch_size, num_workers=data.num_workers)
     if cfg.evaluate_baseline and test_sets:
@@ -110,13 +164,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values() if lg is not None]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
-    ckpt_path = cfg.get("ckpt_path")
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
     best = _best_checkpoint(trainer)
+    results: dict[str, Any] = {"best_checkpoint": str(best) if best else None, "trainer": trainer}
+    results.update(after_training(trainer, image_policy))  # skipped images; a Ctrl-C stop skips the tests
+    if "interrupted" in results:
+        return results
+    if not trainer.is_global_zero:  # rank 0 alone evaluates the test sets and writes the results
+        return results
     if best is not None:
         state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
         module.load_state_dict(state)
-    results: dict[str, Any] = {"best_checkpoint": str(best) if best else None}
+    out_dir = Path(cfg.paths.output_dir)
+    table_rows: list[tuple[str, list[RetrievalResult]]] = []
     if test_sets:
         trained = _evaluate_all(model, test_sets, test_transform, cfg, _device())
         results["test"] = trained
@@ -125,12 +185,43 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             results["baseline"] = baseline.results
             table_rows.insert(0, ("untrained", baseline.results))
         print(_comparison_table(table_rows))
-        out_dir = Path(cfg.paths.output_dir)
+        if notes := result_notes(trained):
+            print("\n".join(notes))
         write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json")
-    log.info("train job finished in %.1f s", time.perf_counter() - started)
-    results["trainer"] = trainer
     results["seconds"] = time.perf_counter() - started
+    _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, table_rows, best, results["seconds"])
+    log.info("train job finished in %.1f s", results["seconds"])
     return results
+
+
+def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.Trainer, timer: StepTimer,
+                       table_rows: list[tuple[str, list[RetrievalResult]]], best: Path | None, seconds: float) -> None:
+    """One JSON per run with what a sweep comparison needs (``aggzoo.training.collect_runs``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides: list[str] = []
+    if HydraConfig.initialized():
+        overrides = list(HydraConfig.get().overrides.task)
+    timing = timer.summary()
+    images_per_step = int(cfg.data.places_per_batch) * int(getattr(trainer.datamodule.train_dataset, "img_per_place", 1))
+    summary = {
+        "overrides": overrides,
+        "backbone": cfg.backbone.get("model_name", cfg.backbone.get("_target_")),
+        "head": str(cfg.head.get("_target_", "")).rsplit(".", 1)[-1],
+        "descriptor_dim": int(model.out_dim),
+        "params": sum(p.numel() for p in model.parameters()),
+        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "image_size": list(cfg.data.image_size), "eval_image_size": list(cfg.data.eval_image_size),
+        "images_per_step": images_per_step,
+        **timing,
+        "images_per_second": images_per_step / timing["seconds_per_step"] if timing["seconds_per_step"] else None,
+        "epochs": trainer.current_epoch, "global_step": trainer.global_step,
+        "val": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+        "test": {label: {r.name: {str(k): v for k, v in r.recalls.items()} for r in rs} for label, rs in table_rows},
+        "best_checkpoint": str(best) if best else None,
+        "wall_seconds": round(seconds, 1),
+    }
+    path.write_text(json.dumps(summary, indent=2))
 
 
 def _best_checkpoint(trainer: L.Trainer) -> Path | None:
@@ -164,16 +255,37 @@ def model_from_checkpoint(path: str | Path) -> VPRModel:
 
 def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     """Evaluate ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when it is null)
-    on every benchmark in ``cfg.benchmark``; prints a table and writes JSON to the output dir."""
+    on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
+    ``results.md``, Recall@k curves and retrieval grids to the output dir.
+
+    ``evaluation.protocol_resize=true`` resizes as the published protocols do (PIL bicubic with
+    antialiasing, sides snapped to the backbone's patch size or stride); the default is the same
+    resize the training pipeline validates and tests with, so both report the same numbers.
+    """
+    check_config(cfg, "eval")
     if cfg.get("ckpt_path"):
         model = model_from_checkpoint(cfg.ckpt_path)
     else:
-        model = build_model({"backbone": cfg.backbone, "head": cfg.head})
-    transform = eval_transform(cfg.image_size, **_normalisation(model))
+        model = build_model_checked(build_model, {"backbone": cfg.backbone, "head": cfg.head})
+    options = OmegaConf.to_container(cfg.evaluation, resolve=True)
+    if options.pop("protocol_resize"):
+        transform = protocol_transform(cfg.image_size, multiple=size_multiple(model), **_normalisation(model))
+    else:
+        transform = eval_transform(cfg.image_size, **_normalisation(model))
     sets = load_benchmarks(cfg.benchmark)
     if not sets:
         raise ValueError("no benchmark selected: pass benchmark=<name> or benchmark=[a,b] (see conf/benchmark/)")
-    results = _evaluate_all(model, sets, transform, cfg, _device())
+    guard = EvaluationGuard(cfg)
+    sets = guard.prepare(model, sets)  # preflight; bad_images=skip drops unreadable images
+    device = _device()
+    results = evaluate_benchmarks(model.to(device), sets, transform, output_dir=cfg.paths.output_dir,
+                                  ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size,
+                                  num_workers=cfg.num_workers, device=device,
+                                  meta={"ckpt_path": cfg.get("ckpt_path")}, **options)
+    guard.annotate(results)
     print(format_table(results))
-    write_json(results, Path(cfg.paths.output_dir) / "results.json")
+    if notes := guard.notes(results):
+        print(notes)
+    # Rewritten after annotate so the skipped-image counts reach the JSON too.
+    write_json(results, Path(cfg.paths.output_dir) / "results.json", meta={"ckpt_path": cfg.get("ckpt_path")})
     return results
