@@ -54,8 +54,8 @@ def test_train_writes_checkpoints_logs_and_results(trained: tuple[dict, Path]) -
     assert (out / "checkpoints" / "last.ckpt").is_file()
     assert Path(result["best_checkpoint"]).is_file()
     assert list(out.glob("csv/*/metrics.csv"))
-    rows = json.loads((out / "test_results.json").read_text())
-    assert len(rows) == 2  # untrained baseline + trained, on synthetic_test
+    rows = json.loads((out / "test_results.json").read_text())["results"]
+    assert len(rows) == 3  # pooling baseline, untrained model, trained model, on synthetic_test
     trained_row = result["test"][0]
     assert trained_row.num_queries == 24 and set(trained_row.recalls) == {1, 5, 10, 20}
     assert 0.0 <= trained_row.recalls[1] <= trained_row.recalls[5] <= trained_row.recalls[20] <= 1.0

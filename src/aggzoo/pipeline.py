@@ -183,7 +183,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         table_rows = [("trained", trained)]
         if baseline.results:
             results["baseline"] = baseline.results
-            table_rows.insert(0, ("untrained", baseline.results))
+            table_rows.insert(0, ("untrained model (step 0, after any data-driven init)", baseline.results))
+        if baseline.pooling_results:
+            results["baseline_global_pooling"] = baseline.pooling_results
+            table_rows.insert(0, ("untrained backbone + global average pooling", baseline.pooling_results))
         print(_comparison_table(table_rows))
         if notes := result_notes(trained):
             print("\n".join(notes))

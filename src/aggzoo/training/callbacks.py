@@ -94,24 +94,36 @@ class UntrainedBaseline(L.Callback):
     """Measures the model as it is before its first optimisation step (after any data-driven
     initialisation) on the test sets: the "untrained baseline" of the same backbone and head.
 
-    Skipped when resuming from a checkpoint. Results land in :attr:`results`.
+    With ``with_global_pooling`` it also measures the classical baseline of the same (still
+    untrained) backbone: global average pooling of its last map, no learned aggregation.
+    Skipped when resuming from a checkpoint. Results land in :attr:`results` and
+    :attr:`pooling_results`.
     """
 
     def __init__(self, sets: dict, transform: object, *, recall_ks: tuple[int, ...], batch_size: int,
-                 num_workers: int) -> None:
+                 num_workers: int, with_global_pooling: bool = True) -> None:
         self.sets = sets
         self.transform = transform
         self.recall_ks = recall_ks
         self.batch_size = batch_size
         self.num_workers = num_workers
+        self.with_global_pooling = with_global_pooling
         self.results: list = []
+        self.pooling_results: list = []
+
+    def _evaluate(self, model: nn.Module, device: torch.device) -> list:
+        from aggzoo.evaluation.retrieval import evaluate_retrieval
+
+        return [evaluate_retrieval(model, s, self.transform, ks=self.recall_ks, batch_size=self.batch_size,
+                                   num_workers=self.num_workers, device=device) for s in self.sets.values()]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from aggzoo.evaluation.retrieval import evaluate_retrieval
+        from aggzoo.models.heads.avgpool import AvgPool
+        from aggzoo.models.vpr_model import VPRModel
 
         if trainer.ckpt_path is not None or not trainer.is_global_zero:
             return
-        self.results = [
-            evaluate_retrieval(pl_module.model, s, self.transform, ks=self.recall_ks, batch_size=self.batch_size,
-                               num_workers=self.num_workers, device=pl_module.device)
-            for s in self.sets.values()]
+        self.results = self._evaluate(pl_module.model, pl_module.device)
+        if self.with_global_pooling:
+            backbone = pl_module.model.backbone
+            self.pooling_results = self._evaluate(VPRModel(backbone, AvgPool(backbone.out_channels)), pl_module.device)
