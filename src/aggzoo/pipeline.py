@@ -183,10 +183,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         table_rows = [("trained", trained)]
         if baseline.results:
             results["baseline"] = baseline.results
-            table_rows.insert(0, ("untrained model (step 0, after any data-driven init)", baseline.results))
+            table_rows.insert(0, ("untrained", baseline.results))
         if baseline.pooling_results:
             results["baseline_global_pooling"] = baseline.pooling_results
-            table_rows.insert(0, ("untrained backbone + global average pooling", baseline.pooling_results))
+            table_rows.insert(0, ("pooling_baseline", baseline.pooling_results))
         print(_comparison_table(table_rows))
         if notes := result_notes(trained):
             print("\n".join(notes))
@@ -235,10 +235,18 @@ def _best_checkpoint(trainer: L.Trainer) -> Path | None:
     return Path(path) if path else None
 
 
+#: Headings of the rows of the train job's test table (the keys are what run_summary.json stores).
+_ROW_TITLES = {
+    "pooling_baseline": "untrained backbone + global average pooling",
+    "untrained": "untrained model (step 0, after any data-driven init)",
+    "trained": "trained (best checkpoint)",
+}
+
+
 def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]]) -> str:
     lines = []
     for label, rs in rows:
-        lines.append(f"== {label} ==")
+        lines.append(f"== {_ROW_TITLES.get(label, label)} ==")
         lines.append(format_table(rs))
     return "\n".join(lines)
 

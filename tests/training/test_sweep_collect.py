@@ -26,7 +26,7 @@ def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, ca
     assert gem["descriptor_dim"] == avg["descriptor_dim"] == 192  # test_resnet layer3 channels
     assert gem["trainable_params"] == avg["trainable_params"] + 1  # GeM's p
     assert gem["global_step"] == avg["global_step"] == 3 and gem["seconds_per_step"] > 0
-    untrained, trained = json.loads((sweep_dir / "0" / "test_results.json").read_text())["results"]
+    pooling, untrained, trained = json.loads((sweep_dir / "0" / "test_results.json").read_text())["results"]
     assert gem["test"]["trained"]["synthetic_test"] == trained["recalls"]
     assert gem["test"]["untrained"]["synthetic_test"] == untrained["recalls"]
 
