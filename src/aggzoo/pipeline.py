@@ -297,6 +297,7 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     print(format_table(results))
     if notes := guard.notes(results):
         print(notes)
-    # Rewritten after annotate so the skipped-image counts reach the JSON too.
-    write_json(results, Path(cfg.paths.output_dir) / "results.json", meta={"ckpt_path": cfg.get("ckpt_path")})
+    if cfg.bad_images == "skip":
+        # Rewritten after annotate so the skipped-image counts reach the JSON too.
+        write_json(results, Path(cfg.paths.output_dir) / "results.json", meta={"ckpt_path": cfg.get("ckpt_path")})
     return results

@@ -21,7 +21,7 @@ from torch import nn
 from aggzoo.data.layout import list_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
-from aggzoo.evaluation.report import format_table, plot_recall_curves, plot_retrievals, write_json, write_markdown
+from aggzoo.evaluation.report import plot_recall_curves, plot_retrievals, write_json, write_markdown
 from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, extract_descriptors
 from aggzoo.evaluation.submission import write_msls_submission
 from aggzoo.evaluation.test_time import MultiScale, size_multiple, with_tlc
@@ -207,5 +207,5 @@ def evaluate_benchmarks(
         write_markdown(results, out_dir / "results.md")
         if pictures:
             plot_recall_curves(results, out_dir / "recall_curves.png")
-        log.info("report written to %s\n%s", out_dir, format_table(results))
+        log.info("report written to %s", out_dir)
     return results
