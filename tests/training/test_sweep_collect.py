@@ -29,12 +29,13 @@ def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, ca
     pooling, untrained, trained = json.loads((sweep_dir / "0" / "test_results.json").read_text())["results"]
     assert gem["test"]["trained"]["synthetic_test"] == trained["recalls"]
     assert gem["test"]["untrained"]["synthetic_test"] == untrained["recalls"]
+    assert gem["test"]["pooling_baseline"]["synthetic_test"] == pooling["recalls"]
 
     assert main([str(sweep_dir), "--sort", "R@1"]) == 0
     table = capsys.readouterr().out.splitlines()
     header = [c.strip() for c in table[0].strip("|").split("|")]
     assert header[:8] == ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
-    assert "synthetic_test R@1" in header and "synthetic_test untrained R@1" in header
+    assert {"synthetic_test R@1", "synthetic_test untrained R@1", "synthetic_test avg-pool baseline R@1"} <= set(header)
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
     assert sorted(row[1] for row in rows) == ["head=avgpool", "head=gem"]  # only what the sweep varied
     r1 = header.index("synthetic_test R@1")

@@ -5,8 +5,8 @@
 
 Every run folder holding a ``run_summary.json`` (written by :func:`aggzoo.pipeline.train`) becomes one
 row: what the sweep changed (its Hydra overrides), head, descriptor size, parameters, seconds and
-images per training step, and Recall@k of the trained model (and of the untrained baseline) on each
-test benchmark. Folders of runs that failed or are still running are listed with no metrics.
+images per training step, and Recall@k of the trained model on each test benchmark, with the R@1 of
+the same model untrained and of global average pooling over the untrained backbone. Folders of runs that failed or are still running are listed with no metrics.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _rows(runs: list[dict[str, Any]], ks: Sequence[int]) -> tuple[list[str], lis
     benchmarks = sorted({name for r in runs for name in (r.get("test", {}).get("trained", {}) or {})})
     header = ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
     for name in benchmarks:
-        header += [f"{name} R@{k}" for k in ks] + [f"{name} untrained R@1"]
+        header += [f"{name} R@{k}" for k in ks] + [f"{name} untrained R@1", f"{name} avg-pool baseline R@1"]
     header.append("status")
     rows = []
     for r in runs:
@@ -72,12 +72,12 @@ def _rows(runs: list[dict[str, Any]], ks: Sequence[int]) -> tuple[list[str], lis
         row: list[Any] = [r["run"], changes, r.get("head"), r.get("descriptor_dim"),
                           _millions(r.get("params")), _millions(r.get("trainable_params")),
                           _round(r.get("seconds_per_step"), 3), _round(r.get("images_per_second"), 1)]
-        trained = (r.get("test", {}) or {}).get("trained", {}) or {}
-        baseline = (r.get("test", {}) or {}).get("untrained", {}) or {}
+        test = r.get("test", {}) or {}
+        trained, baseline, pooling = (test.get(key, {}) or {} for key in ("trained", "untrained", "pooling_baseline"))
         for name in benchmarks:
             recalls = trained.get(name, {})
             row += [_percent(recalls.get(str(k))) for k in ks]
-            row.append(_percent(baseline.get(name, {}).get("1")))
+            row += [_percent(baseline.get(name, {}).get("1")), _percent(pooling.get(name, {}).get("1"))]
         row.append(r.get("status"))
         rows.append(row)
     return header, rows
