@@ -7,26 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from aggzoo.pipeline import evaluate, model_from_checkpoint, train
+from hydra_helpers import compose_run_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-def _compose(name: str, overrides: list[str], out: Path):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose(name, overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out)
-        cfg.paths.root_dir = str(CONF.parent)
-        del cfg.hydra
-    return cfg
 
 
 TINY = ["synthetic=tiny", "backbone=test_resnet", "data.places_per_batch=6", "data.image_size=[48,64]",
@@ -44,7 +28,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[
     out = tmp_path_factory.mktemp("train")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AGGZOO_DATA", str(data_root))
-        cfg = _compose("train", TINY + ["head=netvlad", "head.num_clusters=8", "trainer.max_epochs=2"], out)
+        cfg = compose_run_config("train", TINY + ["head=netvlad", "head.num_clusters=8", "trainer.max_epochs=2"], out)
         result = train(cfg)
     return result, out
 
@@ -67,7 +51,7 @@ def test_eval_rebuilds_the_checkpoint_and_reproduces_test_recall(
     result, _ = trained
     best = result["best_checkpoint"]
     monkeypatch.setenv("AGGZOO_DATA", str(data_root))
-    cfg = _compose("eval", ["synthetic=tiny", f"ckpt_path={best}", "image_size=[48,64]"], tmp_path)
+    cfg = compose_run_config("eval", ["synthetic=tiny", f"ckpt_path={best}", "image_size=[48,64]"], tmp_path)
     results = evaluate(cfg)
     assert results[0].recalls == result["test"][0].recalls
     assert (tmp_path / "results.json").is_file()

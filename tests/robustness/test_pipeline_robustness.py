@@ -10,10 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from aggzoo.data.images import ImageReadError
 from aggzoo.data.transforms import eval_transform
@@ -21,20 +17,8 @@ from aggzoo.evaluation.retrieval import extract_descriptors
 from aggzoo.pipeline import evaluate, model_from_checkpoint, train
 from aggzoo.validation import PreflightError
 from robust_helpers import write_city, write_vg
+from hydra_helpers import compose_run_config
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
-
-
-def _compose(name: str, overrides: list[str], out: Path):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose(name, overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out)
-        cfg.paths.root_dir = str(CONF.parent)
-        del cfg.hydra
-    return cfg
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +33,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _train_cfg(data: dict[str, Path], out: Path, extra: list[str] = ()):
-    return _compose("train", [
+    return compose_run_config("train", [
         "backbone=test_resnet", "head=gem", f"data.train.root={data['city']}", "data.train.img_per_place=2",
         "data.places_per_batch=4", "data.image_size=[32,32]", "data.eval_image_size=[32,32]",
         f"val_benchmarks.synthetic_val.root={data['vg']}", f"test_benchmarks.synthetic_test.root={data['vg']}",
@@ -76,7 +60,7 @@ def test_seeded_training_twice_is_identical_and_skips_the_bad_image(data: dict[s
 
 
 def _eval_cfg(data: dict[str, Path], out: Path, extra: list[str] = ()):
-    return _compose("eval", ["backbone=test_resnet", "head=gem", "image_size=[32,32]",
+    return compose_run_config("eval", ["backbone=test_resnet", "head=gem", "image_size=[32,32]",
                              f"benchmark.synthetic_test.root={data['root']}", *extra], out)
 
 
