@@ -6,15 +6,18 @@ For each configuration the same objects are built from the Hydra config by
 :func:`aggzoo.pipeline.build_training` (model, loss, optimiser groups, LR schedule, P x K loader with
 its augmentation), then timed three ways on the CPU:
 
-- ``data``: the training loader alone (read, decode, augment, collate), images per second;
+- ``data``: the training loader alone (read, decode, augment, collate), images per second (best run);
 - ``plain``: a hand-written loop ``for batch in loader: forward, loss, backward, step, schedule``;
 - ``lightning``: ``Trainer.fit`` of :class:`~aggzoo.training.module.VPRLightningModule` with what
   ``train.py`` runs every step (per-step metric logging to CSV, learning-rate monitor, sampler
   bookkeeping, step timer), validation and checkpointing off (they happen once per epoch).
 
 A step's time is the interval between two consecutive batch starts (so data loading is in both
-loops); the first two steps of every run are dropped; each figure is the median over ``--repeats``
-alternating runs of ``--steps`` steps. Overhead = (lightning - plain) / plain.
+loops); the first two steps of every run are dropped. The two loops run ``--repeats`` times each,
+alternating (and swapping which goes first), and every figure pools the steps of all repeats: the
+``min`` column is the fastest step (the cost of the step itself: other processes on a shared machine
+only ever add time), ``median`` the typical one. Overhead = (lightning - plain) / plain, from the
+minima (and, for reference, from the medians).
 
 Configurations:
 
@@ -87,8 +90,8 @@ def time_data(cfg: DictConfig, steps: int) -> float:
     return count / (time.perf_counter() - start)
 
 
-def time_plain(cfg: DictConfig, steps: int) -> float:
-    """Median seconds per step of a plain PyTorch loop over the same objects."""
+def time_plain(cfg: DictConfig, steps: int) -> list[float]:
+    """Seconds per step of a plain PyTorch loop over the same objects."""
     L.seed_everything(cfg.seed, verbose=False)
     parts = build_training(cfg)
     model, module, loader = parts.model, parts.module, parts.datamodule.train_dataloader()
@@ -111,12 +114,11 @@ def time_plain(cfg: DictConfig, steps: int) -> float:
         scheduler.step()
         if index + 1 >= total:
             break
-    intervals = [b - a for a, b in zip(starts, starts[1:])][WARMUP:]
-    return statistics.median(intervals)
+    return [b - a for a, b in zip(starts, starts[1:])][WARMUP:]
 
 
-def time_lightning(cfg: DictConfig, steps: int, out_dir: Path) -> float:
-    """Median seconds per step of ``Trainer.fit`` (the pipeline's module, logging and callbacks)."""
+def time_lightning(cfg: DictConfig, steps: int, out_dir: Path) -> list[float]:
+    """Seconds per step of ``Trainer.fit`` (the pipeline's module, logging and callbacks)."""
     L.seed_everything(cfg.seed, verbose=False)
     parts = build_training(cfg)
     timer = StepTimer(warmup_steps=WARMUP)
@@ -127,13 +129,13 @@ def time_lightning(cfg: DictConfig, steps: int, out_dir: Path) -> float:
                         logger=CSVLogger(str(out_dir), name="csv"),
                         callbacks=[timer, LearningRateMonitor(logging_interval="step")])
     trainer.fit(parts.module, datamodule=parts.datamodule)
-    return statistics.median(timer.cycle_seconds)
+    return list(timer.cycle_seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8, help="timed steps per run (after 2 warm-up steps)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating plain/Lightning runs per config")
+    parser.add_argument("--repeats", type=int, default=4, help="alternating plain/Lightning runs per config")
     parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {list(CONFIGS)}")
     parser.add_argument("--places", type=int, default=None, help="P of the default config (its default: 32)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
@@ -152,21 +154,30 @@ def main(argv: list[str] | None = None) -> int:
                 overrides.append(f"data.places_per_batch={args.places}")
             cfg = compose_config(overrides, Path(tmp) / name)
             images_per_step = int(cfg.data.places_per_batch) * int(cfg.data.train.img_per_place)
-            data_ips = statistics.median(time_data(cfg, args.steps) for _ in range(args.repeats))
-            plain, lightning = [], []
+            data_ips = max(time_data(cfg, args.steps) for _ in range(args.repeats))
+            plain: list[float] = []
+            lightning: list[float] = []
             for repeat in range(args.repeats):
-                plain.append(time_plain(cfg, args.steps))
-                lightning.append(time_lightning(cfg, args.steps, Path(tmp) / f"{name}_{repeat}"))
-                print(f"  {name} repeat {repeat}: plain {plain[-1]:.3f} s/step, lightning {lightning[-1]:.3f} s/step",
+                order = ("plain", "lightning") if repeat % 2 == 0 else ("lightning", "plain")
+                for which in order:
+                    if which == "plain":
+                        plain += time_plain(cfg, args.steps)
+                    else:
+                        lightning += time_lightning(cfg, args.steps, Path(tmp) / f"{name}_{repeat}")
+                print(f"  {name} repeat {repeat}: plain min {min(plain):.3f} / median {statistics.median(plain):.3f} "
+                      f"s/step, lightning min {min(lightning):.3f} / median {statistics.median(lightning):.3f} s/step",
                       file=sys.stderr)
-            p, lt = statistics.median(plain), statistics.median(lightning)
-            rows.append({"config": name, "images/step": images_per_step, "data img/s": data_ips,
-                         "plain s/step": p, "plain img/s": images_per_step / p,
-                         "lightning s/step": lt, "lightning img/s": images_per_step / lt,
-                         "overhead %": 100.0 * (lt - p) / p})
+            p_min, l_min = min(plain), min(lightning)
+            p_med, l_med = statistics.median(plain), statistics.median(lightning)
+            rows.append({"config": name, "images/step": images_per_step, "data img/s (best)": data_ips,
+                         "plain s/step min": p_min, "lightning s/step min": l_min,
+                         "plain img/s": images_per_step / p_min, "lightning img/s": images_per_step / l_min,
+                         "overhead % (min)": 100.0 * (l_min - p_min) / p_min,
+                         "plain s/step median": p_med, "lightning s/step median": l_med,
+                         "overhead % (median)": 100.0 * (l_med - p_med) / p_med})
     header = list(rows[0])
-    print(f"train_throughput: CPU, {torch.get_num_threads()} threads, {args.steps} steps x {args.repeats} repeats, "
-          f"median; torch {torch.__version__}, lightning {L.__version__}")
+    print(f"train_throughput: CPU, {torch.get_num_threads()} threads, {args.steps} steps x {args.repeats} repeats per "
+          f"loop; torch {torch.__version__}, lightning {L.__version__}")
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for row in rows:
