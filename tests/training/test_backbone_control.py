@@ -153,3 +153,25 @@ def test_validation_rows_are_assembled_by_index_and_incomplete_sets_are_skipped(
     parts = [(torch.tensor([3, 0]), rows[[3, 0]]), (torch.tensor([4, 1, 2]), rows[[4, 1, 2]])]
     torch.testing.assert_close(module._gather_rows(parts, 5), rows)
     assert module._gather_rows(parts[:1], 5) is None
+
+
+def test_fit_keeps_frozen_stages_in_eval_mode(tiny_data) -> None:
+    """Lightning does not call train() when fitting: the module applies the backbone's rule itself, so
+    the frozen stages' batch-norm statistics do not move however the trainer is set up."""
+    from aggzoo.data.gsv_cities import GSVCitiesDataset
+    from aggzoo.data.transforms import eval_transform
+    from aggzoo.training.datamodule import VPRDataModule
+
+    module = _module(_resnet(frozen=3))
+    dataset = GSVCitiesDataset(tiny_data.gsv, img_per_place=4, transform=eval_transform((32, 48)))
+    data = VPRDataModule(train_dataset=dataset, val_sets={}, eval_transform=eval_transform((32, 48)),
+                         places_per_batch=4)
+    frozen_bn = module.model.backbone.model.layer2[0].bn1
+    trainable_bn = module.model.backbone.model.layer3[0].bn1
+    frozen_stats, trainable_stats = frozen_bn.running_mean.clone(), trainable_bn.running_mean.clone()
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, limit_train_batches=2, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, datamodule=data)
+    assert trainer.global_step == 2
+    assert torch.equal(frozen_bn.running_mean, frozen_stats)
+    assert not torch.equal(trainable_bn.running_mean, trainable_stats)

@@ -140,4 +140,10 @@ def test_recipe_trains_a_step_on_tiny_stand_ins(recipe: str, tiny_data, tmp_path
     assert any(k.startswith("backbone.") for k in changed)
     head_weights = [k for k in before if k.startswith("head.") and before[k].is_floating_point()]
     assert not head_weights or any(k in changed for k in head_weights)
+    # The frozen stages did not move, batch-norm statistics included (they stay in eval mode).
+    model = trainer.lightning_module.model
+    frozen = {n.rsplit(".", 1)[0] for n, p in model.named_parameters() if not p.requires_grad}
+    frozen_state = [k for k in before if k.rsplit(".", 1)[0] in frozen]
+    assert frozen_state and not [k for k in frozen_state if k in changed or k.endswith("num_batches_tracked")
+                                 and not torch.equal(before[k], after[k])]
     assert type(trainer.optimizers[0]).__name__ == instantiate(cfg.optimizer).func.__name__

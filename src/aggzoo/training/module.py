@@ -157,8 +157,13 @@ class VPRLightningModule(L.LightningModule):
         with torch.autocast(device_type=images.device.type, enabled=False):
             return self.model.head(_features_to_float(features))
 
-    # -- distributed set-up ---------------------------------------------------------------------
+    # -- set-up ---------------------------------------------------------------------------------
     def on_fit_start(self) -> None:
+        # Lightning does not call train() at fit start, and a freshly built backbone has its frozen
+        # stages in training mode: train() applies the backbone's rule (frozen stages stay in eval, so
+        # their batch-norm statistics do not drift). Lightning then restores these modes after every
+        # validation.
+        self.model.train()
         # Callbacks' on_fit_start (data-driven head init) ran on every rank before this hook; rank 0's
         # result wins so all replicas start identical even if k-means differs in the last bit.
         if self.trainer.world_size > 1 and self.trainer.ckpt_path is None:
