@@ -16,7 +16,8 @@ from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
 # 24 places / P=6 -> 4 steps per epoch; a checkpoint after every step; 2 epochs.
 RUN = [*TINY, "head=gem", "data.places_per_batch=6", "data.image_size=[32,48]", "data.eval_image_size=[32,48]",
-       "trainer.max_epochs=2", "evaluate_baseline=false", "+callbacks.model_checkpoint.every_n_train_steps=1", "seed=11"]
+       "trainer.max_epochs=2", "evaluate_baseline=false", "+callbacks.model_checkpoint.every_n_train_steps=1",
+       "seed=11"]
 KILL_AT = 6  # killed while finishing step 6: the newest checkpoint is step 5, batch 1 of epoch 1
 
 

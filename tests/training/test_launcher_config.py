@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 
 from train_helpers import CONF
 
-pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="optional extra: pip install hydra-submitit-launcher")
+pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                    reason="optional extra: pip install hydra-submitit-launcher (aggzoo[slurm])")
 
 
 def test_slurm_launcher_asks_for_one_task_per_gpu_of_the_ddp_trainer() -> None:

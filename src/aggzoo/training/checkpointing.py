@@ -34,7 +34,8 @@ def _last_in(folder: Path) -> list[Path]:
     return [p for pattern in _LAST for p in folder.glob(pattern) if p.is_file()]
 
 
-def resolve_ckpt_path(ckpt_path: str | os.PathLike | None, *, search_root: Path, own_dir: Path | None = None) -> Path | None:
+def resolve_ckpt_path(ckpt_path: str | os.PathLike | None, *, search_root: Path,
+                      own_dir: Path | None = None) -> Path | None:
     """The checkpoint file ``ckpt_path`` names.
 
     Args:
@@ -69,7 +70,8 @@ def resolve_ckpt_path(ckpt_path: str | os.PathLike | None, *, search_root: Path,
             raise FileNotFoundError(f"ckpt_path={path} is a folder without checkpoints/last.ckpt; pass the .ckpt file")
         return max(found, key=lambda p: p.stat().st_mtime)
     if not path.is_file():
-        raise FileNotFoundError(f"ckpt_path={path}: no such checkpoint file (use ckpt_path=last to resume the newest run)")
+        raise FileNotFoundError(f"ckpt_path={path}: no such checkpoint file "
+                                "(use ckpt_path=last to resume the newest run)")
     return path
 
 

@@ -6,7 +6,8 @@
 Every run folder holding a ``run_summary.json`` (written by :func:`aggzoo.pipeline.train`) becomes one
 row: what the sweep changed (its Hydra overrides), head, descriptor size, parameters, seconds and
 images per training step, and Recall@k of the trained model on each test benchmark, with the R@1 of
-the same model untrained and of global average pooling over the untrained backbone. Folders of runs that failed or are still running are listed with no metrics.
+the same model untrained and of global average pooling over the untrained backbone. Folders of runs
+that failed or are still running are listed with no metrics.
 """
 
 from __future__ import annotations

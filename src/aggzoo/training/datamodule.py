@@ -77,7 +77,8 @@ class VPRDataModule(L.LightningDataModule):
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:
         world_size, rank = self._world()
-        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False) if world_size > 1 else None
+        sampler = (DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+                   if world_size > 1 else None)
         return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False, sampler=sampler,
                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
                           pin_memory=torch.cuda.is_available(), generator=self._generator())

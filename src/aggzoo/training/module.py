@@ -50,7 +50,8 @@ def parameter_groups(model: torch.nn.Module, *, base_lr: float, lr_multipliers: 
         groups.setdefault((float(mult), decay), []).append(param)
     out = []
     for (mult, decay), params in groups.items():
-        group: dict[str, Any] = {"params": params, "lr": base_lr * mult, "name": f"lr_x{mult:g}" + ("" if decay else "_no_wd")}
+        name = f"lr_x{mult:g}" + ("" if decay else "_no_wd")
+        group: dict[str, Any] = {"params": params, "lr": base_lr * mult, "name": name}
         if not decay:
             group["weight_decay"] = 0.0
         out.append(group)
@@ -124,7 +125,8 @@ class VPRLightningModule(L.LightningModule):
 
     def __init__(self, model: VPRModel, *, loss: MetricLoss, optimizer: Callable[..., torch.optim.Optimizer],
                  scheduler: Callable[..., Any] | None = None, lr_multipliers: Mapping[str, float] | None = None,
-                 no_weight_decay: Sequence[str] = (), val_sets: Mapping[str, tuple[int, Sequence[np.ndarray]]] | None = None,
+                 no_weight_decay: Sequence[str] = (),
+                 val_sets: Mapping[str, tuple[int, Sequence[np.ndarray]]] | None = None,
                  recall_ks: Sequence[int] = (1, 5, 10), head_fp32: bool = False, gather_loss: bool = True,
                  gradient_checkpointing: bool = False, compile: bool | Mapping[str, Any] = False) -> None:
         super().__init__()

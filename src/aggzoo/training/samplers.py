@@ -73,7 +73,8 @@ class PlaceBatchSampler(DistributedSampler):
     def __init__(self, num_places: int, *, places_per_batch: int, num_replicas: int = 1, rank: int = 0,
                  seed: int = 0, shuffle: bool = True) -> None:
         if places_per_batch < 2:
-            raise ValueError(f"places_per_batch must be >= 2 (negatives come from other places), got {places_per_batch}")
+            raise ValueError("places_per_batch must be >= 2 (negatives come from other places), "
+                             f"got {places_per_batch}")
         if places_per_batch > num_places:
             raise ValueError(f"places_per_batch={places_per_batch} exceeds the {num_places} training places; "
                              "lower data.places_per_batch")

@@ -34,7 +34,8 @@ class StepTimer(L.Callback):
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._last_start = None
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
         now = time.perf_counter()
         if self._last_start is not None and self._seen > self.warmup_steps:
             self.cycle_seconds.append(now - self._last_start)
