@@ -11,8 +11,11 @@ from aggzoo.robustness import reported_user_errors
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     from aggzoo.pipeline import train
+    from aggzoo.training.sweep import keep_sweeping
 
-    with reported_user_errors():  # a user's mistake prints one 'error: ...' line, exit status 2
+    # A user's mistake prints one 'error: ...' line, exit status 2; in a multirun (-m) a failed job is
+    # recorded and the sweep goes on, then ends with its table (conf/train.yaml: hydra.callbacks).
+    with reported_user_errors(), keep_sweeping():
         train(cfg)
 
 

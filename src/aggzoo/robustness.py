@@ -34,7 +34,7 @@ from aggzoo.training.interrupt import GracefulInterrupt
 from aggzoo.training.safe_save import DiskFullError
 from aggzoo.validation import PreflightError, check_evaluation, check_training, result_notes
 
-__all__ = ["check_config", "before_training", "after_training", "EvaluationGuard", "USER_ERRORS",
+__all__ = ["check_config", "before_training", "after_training", "EvaluationGuard", "USER_ERRORS", "user_message",
            "reported_user_errors"]
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,8 @@ class EvaluationGuard:
         return "\n".join(result_notes(results, self.policy.log_path if skipped else None))
 
 
-def _user_message(err: BaseException) -> str:
+def user_message(err: BaseException) -> str:
+    """The one-line message a user sees for one of :data:`USER_ERRORS`."""
     text = str(err)
     # An error raised in a DataLoader worker comes back as "Caught X in DataLoader worker process N.
     # Original Traceback ...": the last line is the original message.
@@ -150,7 +151,7 @@ def reported_user_errors(extra: tuple[type[BaseException], ...] = ()) -> Iterato
     try:
         yield
     except USER_ERRORS + tuple(extra) as err:
-        _exit(_user_message(err))
+        _exit(user_message(err))
     except OSError as err:
         if err.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
             raise

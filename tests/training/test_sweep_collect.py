@@ -1,4 +1,5 @@
-"""A real ``python train.py -m head=...`` sweep, then the collect command's comparison table."""
+"""A real ``python train.py -m head=...`` sweep: every job runs, a failed one is listed, and the sweep ends
+with the comparison table that the collect command also prints."""
 
 from __future__ import annotations
 
@@ -13,15 +14,23 @@ from train_helpers import TINY, train_py
 
 def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     logs = tmp_path / "logs"
-    sweep = train_py(["-m", "head=gem,avgpool", *TINY, "data.places_per_batch=6", "trainer.max_epochs=1",
+    # MixVPR needs 20x20 maps; test_resnet at 48x64 gives 3x4, so the middle job fails on a user error.
+    sweep = train_py(["-m", "head=gem,mixvpr,avgpool", *TINY, "data.places_per_batch=6", "trainer.max_epochs=1",
                       "trainer.limit_train_batches=3", "benchmark@val_benchmarks=[]", f"paths.log_dir={logs}"],
                      tiny_data.root)
-    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    # The failure did not stop the sweep, which ends with its table and a non-zero status naming the run.
+    assert sweep.returncode == 1, sweep.stderr[-3000:]
+    assert "1 of 3 sweep runs did not finish: run 1 (head=mixvpr)" in sweep.stderr
     (sweep_dir,) = (logs / "train" / "multiruns").iterdir()
+    printed = sweep.stdout[sweep.stdout.index("== sweep "):].splitlines()[1:]
+    assert printed == (sweep_dir / "sweep_results.md").read_text().splitlines()
 
     runs = collect_runs(sweep_dir)
-    assert [r["run"] for r in runs] == ["0", "1"] and all(r["status"] == "done" for r in runs)
-    gem, avg = runs
+    assert [r["run"] for r in runs] == ["0", "1", "2"]
+    gem, mixvpr, avg = runs
+    assert gem["status"] == avg["status"] == "done"
+    assert mixvpr["status"].startswith("failed: cannot start training: head MixVPR cannot aggregate")
+    assert (sweep_dir / "1" / "run_error.txt").read_text().startswith(mixvpr["status"].removeprefix("failed: "))
     assert (gem["head"], avg["head"]) == ("GeM", "AvgPool")
     assert gem["descriptor_dim"] == avg["descriptor_dim"] == 192  # test_resnet layer3 channels
     assert gem["trainable_params"] == avg["trainable_params"] + 1  # GeM's p
@@ -37,12 +46,14 @@ def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, ca
     assert header[:8] == ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
     assert {"synthetic_test R@1", "synthetic_test untrained R@1", "synthetic_test avg-pool baseline R@1"} <= set(header)
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
-    assert sorted(row[1] for row in rows) == ["head=avgpool", "head=gem"]  # only what the sweep varied
+    assert sorted(row[1] for row in rows) == ["head=avgpool", "head=gem", "head=mixvpr"]  # what the sweep varied
+    assert printed[2:] == table[2:]  # the sweep's own table is the collect command's, sorted by R@1
     r1 = header.index("synthetic_test R@1")
-    values = [float(row[r1]) for row in rows]
+    assert [row[r1] for row in rows][-1] == ""  # the failed run sorts last, without metrics
+    values = [float(row[r1]) for row in rows[:-1]]
     assert values == sorted(values, reverse=True)
-    assert {float(row[r1]) for row in rows} == {round(100 * r["test"]["trained"]["synthetic_test"]["1"], 2)
-                                                for r in runs}
+    assert set(values) == {round(100 * r["test"]["trained"]["synthetic_test"]["1"], 2)
+                                                for r in (gem, avg)}
 
 
 def test_collect_lists_runs_without_summary_and_rejects_empty_folders(tmp_path: Path) -> None:

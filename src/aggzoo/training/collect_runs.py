@@ -16,20 +16,28 @@ import argparse
 import csv
 import io
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["collect_runs", "format_runs", "main"]
+__all__ = ["collect_runs", "common_overrides", "format_runs", "main"]
 
 SUMMARY_FILE = "run_summary.json"
+#: written by :func:`aggzoo.training.sweep.keep_sweeping` when a sweep job fails: reason, blank line, traceback
+ERROR_FILE = "run_error.txt"
 
 
-def _common_overrides(runs: list[dict[str, Any]]) -> set[str]:
+def common_overrides(runs: list[dict[str, Any]]) -> set[str]:
     # What every run shares is the sweep's fixed part; a lone run shows all its overrides.
     sets = [set(r.get("overrides", [])) for r in runs if r.get("overrides") is not None]
     return set.intersection(*sets) if len(sets) > 1 else set()
+
+
+def _natural_order(folder: Path) -> list[Any]:
+    # Hydra numbers sweep jobs 0, 1, ..., 10: job 10 sorts after job 9, not after job 1.
+    return [[int(t) if t.isdigit() else t for t in re.split(r"(\d+)", part)] for part in folder.parts]
 
 
 def collect_runs(root: str | Path) -> list[dict[str, Any]]:
@@ -43,7 +51,8 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
         raise FileNotFoundError(f"{root}: no such folder (pass a sweep folder like logs/train/multiruns/<date>)")
     runs: list[dict[str, Any]] = []
     summaries = {p.parent for p in root.rglob(SUMMARY_FILE)}
-    for folder in sorted({p.parent.parent for p in root.rglob(".hydra/config.yaml")} | summaries):
+    folders = {p.parent.parent for p in root.rglob(".hydra/config.yaml")} | summaries
+    for folder in sorted(folders, key=_natural_order):
         entry: dict[str, Any] = {"run": str(folder.relative_to(root)) if folder != root else "."}
         summary_path = folder / SUMMARY_FILE
         if summary_path.is_file():
@@ -53,7 +62,9 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
             overrides = folder / ".hydra" / "overrides.yaml"
             entry["overrides"] = [line[2:].strip() for line in overrides.read_text().splitlines()
                                   if line.startswith("- ")] if overrides.is_file() else []
-            entry["status"] = "no summary (failed, killed or running)"
+            error = folder / ERROR_FILE
+            entry["status"] = (f"failed: {error.read_text().splitlines()[0][:200]}" if error.is_file()
+                               else "no summary (failed, killed or running)")
         runs.append(entry)
     if not runs:
         raise FileNotFoundError(f"no runs under {root} (looked for {SUMMARY_FILE} and .hydra/config.yaml)")
@@ -61,7 +72,7 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
 
 
 def _rows(runs: list[dict[str, Any]], ks: Sequence[int]) -> tuple[list[str], list[list[Any]]]:
-    common = _common_overrides(runs)
+    common = common_overrides(runs)
     benchmarks = sorted({name for r in runs for name in (r.get("test", {}).get("trained", {}) or {})})
     header = ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
     for name in benchmarks:
@@ -117,7 +128,7 @@ def format_runs(runs: list[dict[str, Any]], *, fmt: str = "md", ks: Sequence[int
         return out.getvalue()
     if fmt != "md":
         raise ValueError(f"format must be md, csv or json, got {fmt!r}")
-    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    cells = [[("" if v is None else str(v).replace("|", "\\|")) for v in row] for row in rows]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in cells]
     return "\n".join(lines)
