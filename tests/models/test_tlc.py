@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from timm.layers.cbam import ChannelAttn, LightChannelAttn
+from timm.layers.eca import CecaModule, EcaModule
 from timm.layers.global_context import GlobalContext
-from timm.layers.squeeze_excite import EffectiveSEModule, SEModule
+from timm.layers.squeeze_excite import EffectiveSEModule, SEModule, SqueezeExciteCl
 from torch import nn
 
 from aggzoo.layers.local_pool import LocalAvgPool2d, LocalWindow
@@ -200,6 +201,59 @@ def test_local_instance_norm_equals_windowed_moments() -> None:
     expected = (x - mean) / torch.sqrt(var + norm.eps) * norm.weight[:, None, None] + norm.bias[:, None, None]
     with torch.no_grad():
         torch.testing.assert_close(model(x), expected, atol=1e-4, rtol=1e-4)
+
+
+def _channel_conv(y: torch.Tensor, weight: torch.Tensor, circular: bool) -> torch.Tensor:
+    """ECA's 1-D convolution across the channels of ``y [B, C, H, W]``, as an explicit sum of shifted
+    copies: ``out[c] = sum_j weight[j] * y[c + j - pad]`` (zero or circular padding over channels)."""
+    pad = (weight.numel() - 1) // 2
+    if circular:
+        padded = torch.cat([y[:, -pad:], y, y[:, :pad]], dim=1)
+    else:
+        padded = F.pad(y, (0, 0, 0, 0, pad, pad))
+    return sum(w * padded[:, j:j + y.shape[1]] for j, w in enumerate(weight.flatten()))
+
+
+@pytest.mark.parametrize("block", ["eca", "ceca", "se_channels_last"])
+def test_eca_and_channels_last_se_become_local(block: str) -> None:
+    torch.manual_seed(0)
+    channels = 32
+    module = {"eca": lambda: EcaModule(channels), "ceca": lambda: CecaModule(channels),
+              "se_channels_last": lambda: SqueezeExciteCl(channels)}[block]().eval()
+    for p in module.parameters():  # far from the default init, so the gate varies with its input
+        nn.init.normal_(p, std=0.5)
+    reference = copy.deepcopy(module)
+    channels_last = block == "se_channels_last"
+    size = 8
+
+    def as_input(x: torch.Tensor) -> torch.Tensor:  # [B, C, H, W] -> what the block takes
+        return x.permute(0, 2, 3, 1) if channels_last else x
+
+    converted = convert_tlc(module, size, example_input=as_input(torch.randn(1, channels, size, size)))
+    (window,) = local_windows(converted).values()
+    assert window == (12, 12)
+    x = torch.randn(2, channels, size, size)
+    with torch.no_grad():
+        torch.testing.assert_close(converted(as_input(x)), reference(as_input(x)), atol=1e-5, rtol=0)
+        big = torch.randn(2, channels, 2 * size, 2 * size)
+        out = converted(as_input(big))
+    local = _brute_local_mean(big, window)
+    if channels_last:
+        gate = reference.fc2(reference.fc1(local.permute(0, 2, 3, 1)).relu()).sigmoid()
+        expected = big.permute(0, 2, 3, 1) * gate
+    else:
+        expected = big * _channel_conv(local, reference.conv.weight, circular=block == "ceca").sigmoid()
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_eca_resnet_converted_and_identical_at_training_size() -> None:
+    torch.manual_seed(0)
+    model = VPRModel(TimmBackbone("ecaresnet26t", out_indices=(3,)), GeM).eval()
+    reference = copy.deepcopy(model)
+    converted = convert_tlc(model, TRAIN)
+    assert sum(type(m).__name__ == "_LocalEcaModule" for m in converted.modules()) == 6  # layer1-3: 2+2+2 blocks
+    with torch.no_grad():
+        torch.testing.assert_close(converted(_images(TRAIN)), reference(_images(TRAIN)), atol=1e-5, rtol=0)
 
 
 def test_bad_arguments() -> None:

@@ -14,8 +14,10 @@ size at ``train_size``) x ``base_size / train_size``, with ``base_size = base_ra
 What :func:`convert_tlc` converts (exact type match, see :data:`TLC_RULES`):
 
 - timm ``SqueezeExcite`` (EfficientNet/MobileNet/GhostNet blocks), ``SEModule`` (SE-ResNet,
-  RegNet, NFNet, ByobNet...), legacy ``senet.SEModule``, ``EffectiveSEModule``: the squeeze mean
-  (and the optional max of ``add_maxpool``);
+  RegNet, NFNet, ByobNet...), legacy ``senet.SEModule``, ``EffectiveSEModule``, channels-last
+  ``SqueezeExciteCl``: the squeeze mean (and the optional max of ``add_maxpool``);
+- timm ``EcaModule`` / ``CecaModule`` (ECA-ResNet, ECA-NFNet...): the mean feeding the 1-D
+  convolution across channels, which then runs on the channel vector of every position;
 - timm CBAM ``ChannelAttn`` / ``LightChannelAttn``: the avg and max pools;
 - timm ``GlobalContext`` and aggzoo's :class:`~aggzoo.layers.attention.GlobalContextBlock`:
   softmax attention pooling (or the mean, without attention);
@@ -37,9 +39,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from timm.layers.cbam import ChannelAttn, LightChannelAttn
+from timm.layers.eca import CecaModule, EcaModule
 from timm.layers.global_context import GlobalContext
-from timm.layers.squeeze_excite import EffectiveSEModule, SEModule
+from timm.layers.squeeze_excite import EffectiveSEModule, SEModule, SqueezeExciteCl
 from timm.models._efficientnet_blocks import SqueezeExcite
 from timm.models.senet import SEModule as LegacySEModule
 from torch import Tensor, nn
@@ -79,6 +83,39 @@ class _LocalEffectiveSEModule(EffectiveSEModule):
         if self.add_maxpool:
             x_se = 0.5 * x_se + 0.5 * self.tlc_max(x)
         return x * self.gate(self.fc(x_se))
+
+
+class _LocalSqueezeExciteCl(SqueezeExciteCl):
+    def forward(self, x: Tensor) -> Tensor:  # x: [B, H, W, C]
+        x_se = self.tlc_pool(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        return x * self.gate(self.fc2(self.act(self.fc1(x_se))))
+
+
+def _channel_conv_per_position(y: Tensor, conv: Callable[[Tensor], Tensor]) -> Tensor:
+    """``[B, C, H, W] -> [B, C, H, W]``: ``conv`` (``[N, 1, C] -> [N, 1, C]``, ECA's 1-D convolution
+    across channels) applied to the channel vector of every position."""
+    b, c, h, w = y.shape
+    y = conv(y.permute(0, 2, 3, 1).reshape(b * h * w, 1, c))
+    return y.reshape(b, h, w, c).permute(0, 3, 1, 2)
+
+
+class _LocalEcaModule(EcaModule):
+    def forward(self, x: Tensor) -> Tensor:
+        def channel_conv(y: Tensor) -> Tensor:
+            y = self.conv(y)
+            if self.conv2 is not None:
+                y = self.conv2(self.act(y))
+            return y
+
+        return x * self.gate(_channel_conv_per_position(self.tlc_pool(x), channel_conv))
+
+
+class _LocalCecaModule(CecaModule):
+    def forward(self, x: Tensor) -> Tensor:
+        def channel_conv(y: Tensor) -> Tensor:
+            return self.conv(F.pad(y, (self.padding, self.padding), mode="circular"))
+
+        return x * self.gate(_channel_conv_per_position(self.tlc_pool(x), channel_conv))
 
 
 class _LocalChannelAttn(ChannelAttn):
@@ -175,6 +212,9 @@ TLC_RULES: dict[type[nn.Module], Callable[[nn.Module], None]] = {
     SEModule: _switch(_LocalSEModule, needs_max=_uses_maxpool),
     LegacySEModule: _switch(_LocalLegacySEModule),
     EffectiveSEModule: _switch(_LocalEffectiveSEModule, needs_max=_uses_maxpool),
+    SqueezeExciteCl: _switch(_LocalSqueezeExciteCl),
+    EcaModule: _switch(_LocalEcaModule),
+    CecaModule: _switch(_LocalCecaModule),
     ChannelAttn: _switch(_LocalChannelAttn, needs_max=_always),
     LightChannelAttn: _switch(_LocalLightChannelAttn, needs_max=_always),
     GlobalContext: _convert_timm_gc,
