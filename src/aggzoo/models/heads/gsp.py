@@ -11,8 +11,8 @@ fraction ``mu`` of the total mass is moved to ``K`` learned prototypes ``q_k`` w
 ``rho_i``. The solution has the closed form ``rho_i = (1/n) / (1 + lambda s_i)`` with
 ``s_i = sum_k exp(-gamma c_ki)`` and a scalar ``lambda`` set by ``sum_i (1/n - rho_i) = mu``, found by
 the authors' fixed-point iteration (run here in the log domain: ``l = log lambda``,
-``l <- l + log mu - log mean_i sigmoid(l + log s_i)``; gradients by implicit differentiation at the
-solution, as upstream). The pooling weights are the transported
+``l <- l + log mu - log mean_i sigmoid(l + log s_i)``, stopped once converged; gradients by implicit
+differentiation at the solution, as upstream). The pooling weights are the transported
 fractions ``w_i = (1 - n rho_i) / mu = sigmoid(l + log s_i) / mu`` (mean 1), and
 
     desc = L2( (1/n) sum_i w_i z_i ): [B, D].
@@ -34,13 +34,21 @@ from aggzoo.models.heads.base import Head
 __all__ = ["GSP", "partial_transport_weights"]
 
 
+#: the fixed-point loop stops once a step moves every ``log lambda`` by less than this
+_CONVERGED = 1e-6
+#: how many fixed-point steps run between two convergence checks (each check reads one value back)
+_CHECK_EVERY = 8
+
+
 def partial_transport_weights(log_mass: Tensor, transport_ratio: float, num_iters: int) -> Tensor:
     """Pooling weights ``w_i`` of generalized sum pooling.
 
     Args:
         log_mass: ``log s_i = logsumexp_k(-gamma c_ki)``: ``[B, n]``.
         transport_ratio: ``mu`` in ``(0, 1]``, the fraction of the total mass moved to the prototypes.
-        num_iters: fixed-point iterations for ``lambda`` (upstream: 100, starting from lambda = 1).
+        num_iters: at most this many fixed-point steps for ``lambda`` (upstream: always 100). The loop
+            stops earlier once converged: the fixed point is unique (the transported mass grows
+            strictly with ``lambda``), so stopping there changes nothing but the time.
 
     Returns ``w: [B, n]`` with ``mean_i w_i = 1`` at convergence; all ones when ``mu = 1``.
     """
@@ -48,15 +56,18 @@ def partial_transport_weights(log_mass: Tensor, transport_ratio: float, num_iter
         # The constraint sum_i (1/n - rho_i) = 1 forces rho = 0: the limit lambda -> inf.
         return torch.ones_like(log_mass)
     log_mu = math.log(transport_ratio)
-    log_n = math.log(log_mass.shape[-1])
     with torch.no_grad():  # the iterates need no tape: the gradient comes from the implicit step below
-        log_lambda = torch.zeros_like(log_mass[:, :1])
-        for _ in range(num_iters):
-            log_transported = torch.logsumexp(F.logsigmoid(log_lambda + log_mass), dim=-1, keepdim=True) - log_n
-            log_lambda = log_lambda + log_mu - log_transported
+        # Start where the best-matched feature is half transported: the mean transported fraction is
+        # then at least 1/(2n), so its log stays finite however small exp(-gamma c) gets.
+        log_lambda = -log_mass.amax(dim=-1, keepdim=True)
+        for step in range(1, num_iters + 1):
+            change = log_mu - torch.sigmoid(log_lambda + log_mass).mean(dim=-1, keepdim=True).log()
+            log_lambda += change
+            if step % _CHECK_EVERY == 0 and change.abs().max() < _CONVERGED:
+                break
     # One Newton step on g(l) = mean_i sigmoid(l + log s_i) - mu from the detached solution l*: its
     # value refines l*, and its gradient is the implicit-function gradient dl/ds = -g_s / g_l at the
-    # root (what upstream's hand-written backward computes), without a 100-step autograd tape.
+    # root (what upstream's hand-written backward computes), without a tape through the loop.
     transported = torch.sigmoid(log_lambda + log_mass)
     slope = (transported * (1 - transported)).mean(dim=-1, keepdim=True).detach().clamp_min(1e-12)
     log_lambda = log_lambda - (transported.mean(dim=-1, keepdim=True) - transport_ratio) / slope
@@ -102,9 +113,16 @@ class GSP(Head):
     def pooling_weights(self, embedded: Tensor) -> Tensor:
         """``z: [B, D, n]`` -> ``w: [B, n]`` in fp32 (transported fraction of each feature / mu)."""
         with torch.autocast(device_type=embedded.device.type, enabled=False):
-            feats = F.normalize(embedded.float().transpose(1, 2), dim=-1)  # [B, n, D]
+            feats = embedded.float()  # [B, D, n]
             protos = F.normalize(self.prototypes.float(), dim=-1)  # [K, D]
-            cost = torch.cdist(protos.expand(feats.shape[0], -1, -1), feats)  # [B, K, n], Euclidean
+            # Euclidean distance of the unit vectors q/|q| and z/|z|: sqrt(2 - 2 cos), with the cosine
+            # from one matrix product divided by |z| afterwards ([B, K, n]), so that no normalised
+            # copy of the [B, D, n] features is made (torch.cdist also goes through a matrix product
+            # at these sizes). The floor keeps the square root's gradient finite where a feature
+            # meets a prototype.
+            norms = torch.linalg.vector_norm(feats, dim=1, keepdim=True).clamp_min(1e-12)  # [B, 1, n]
+            cosine = torch.matmul(protos, feats) / norms  # [B, K, n]
+            cost = (2 - 2 * cosine).clamp_min(1e-12).sqrt()
             log_mass = torch.logsumexp(-self.entropy_weight * cost, dim=1)  # [B, n]
             return partial_transport_weights(log_mass, self.transport_ratio, self.num_iters)
 
