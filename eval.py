@@ -1,11 +1,16 @@
 """Evaluate a checkpoint: ``python eval.py ckpt_path=PATH benchmark=NAME`` (or ``benchmark=[a,b]``)."""
 
+import os
+
 import hydra
 from omegaconf import DictConfig
 
 import aggzoo  # noqa: F401  (sets NO_ALBUMENTATIONS_UPDATE before anything imports albumentations)
 import aggzoo.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
 from aggzoo.robustness import reported_user_errors
+
+# paths.root_dir (conf/paths/default.yaml): the folder the job is launched from, unless set.
+os.environ.setdefault("AGGZOO_ROOT", os.getcwd())
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")

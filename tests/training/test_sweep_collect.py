@@ -13,11 +13,12 @@ from train_helpers import TINY, train_py
 
 
 def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # A plain launch (no paths override, AGGZOO_ROOT unset): the sweep folder goes under <launch dir>/logs.
     logs = tmp_path / "logs"
     # MixVPR needs 20x20 maps; test_resnet at 48x64 gives 3x4, so the middle job fails on a user error.
     sweep = train_py(["-m", "head=gem,mixvpr,avgpool", *TINY, "data.places_per_batch=6", "trainer.max_epochs=1",
-                      "trainer.limit_train_batches=3", "benchmark@val_benchmarks=[]", f"paths.log_dir={logs}"],
-                     tiny_data.root)
+                      "trainer.limit_train_batches=3", "benchmark@val_benchmarks=[]"], tiny_data.root,
+                     launch_dir=tmp_path)
     # The failure did not stop the sweep, which ends with its table and a non-zero status naming the run.
     assert sweep.returncode == 1, sweep.stderr[-3000:]
     assert "1 of 3 sweep runs did not finish: run 1 (head=mixvpr)" in sweep.stderr

@@ -35,12 +35,17 @@ def compose_train(overrides: list[str], out_dir: Path, *, name: str = "train") -
     return cfg
 
 
-def train_py(args: list[str], data_root: Path, *, timeout: float = 240) -> subprocess.CompletedProcess:
-    """``python train.py <args>`` in the repository, with the test data folder, output captured."""
+def train_py(args: list[str], data_root: Path, *, timeout: float = 240,
+             launch_dir: Path | None = None) -> subprocess.CompletedProcess:
+    """``python train.py <args>`` with the test data folder, output captured. By default it runs in the
+    repository with ``AGGZOO_ROOT`` set; with ``launch_dir`` it runs there, ``AGGZOO_ROOT`` unset, as a
+    user's plain command does (paths.root_dir is then that folder)."""
     env = dict(os.environ, AGGZOO_DATA=str(data_root), AGGZOO_ROOT=str(REPO), NO_ALBUMENTATIONS_UPDATE="1",
                PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    if launch_dir is not None:
+        del env["AGGZOO_ROOT"]
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=launch_dir or REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def run_dirs(log_dir: Path) -> list[Path]:
