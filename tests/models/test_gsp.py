@@ -1,7 +1,9 @@
-"""GSP: mu = 1 is average pooling, the weights solve the partial transport constraint, closed forms."""
+"""GSP: mu = 1 is average pooling, the weights solve the partial transport constraint, closed forms, and
+the prototypes' greedy k-center initialisation."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -9,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from aggzoo.models.features import Features
-from aggzoo.models.heads.gsp import GSP, partial_transport_weights
+from aggzoo.models.heads.gsp import GSP, greedy_k_center, partial_transport_weights
 
 C, D, K = 32, 16, 8
 
@@ -120,3 +122,42 @@ def test_bad_ratio_is_rejected_and_paper_size() -> None:
     head = GSP(768)
     assert head.out_dim == 512 and head.prototypes.shape == (64, 512)
     assert math.isclose(head.entropy_weight, 5.0) and head.num_iters == 100
+
+
+def test_greedy_k_center_picks_farthest_points_lowest_index_on_ties() -> None:
+    line = torch.arange(11.0)[:, None]  # the points 0, 1, ..., 10 on a line
+    # First pick: point 0 (no seeds); then 10 (farthest from 0); then 5; then 2, 3, 7 and 8 are all at
+    # squared distance 4 from a pick, and the lowest index wins.
+    assert greedy_k_center(line, 4).flatten().tolist() == [0.0, 10.0, 5.0, 2.0]
+    # A seed at 0 is not returned, but the picks keep away from it.
+    assert greedy_k_center(line, 3, seeds=torch.zeros(1, 1)).flatten().tolist() == [10.0, 5.0, 2.0]
+    with pytest.raises(ValueError, match="cannot pick 12 of 11"):
+        greedy_k_center(line, 12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_greedy_k_center_covers_within_twice_the_optimal_radius(seed: int) -> None:
+    # Gonzalez (1985): the greedy picks cover every point within twice the best possible radius,
+    # found here by trying every set of k points.
+    points = torch.randn(10, 2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    k = 3
+
+    def radius(centres: torch.Tensor) -> float:
+        return torch.cdist(points, centres).amin(dim=1).max().item()
+
+    best = min(radius(points[list(subset)]) for subset in itertools.combinations(range(10), k))
+    assert radius(greedy_k_center(points, k).double()) <= 2 * best + 1e-9
+
+
+def test_prototypes_from_pooled_embeddings_seeded_by_the_first_k() -> None:
+    head = _head()
+    embeddings = F.normalize(torch.randn(3 * K, D, generator=torch.Generator().manual_seed(3)), dim=-1)
+    head.init_from_pooled(embeddings)
+    torch.testing.assert_close(head.prototypes, greedy_k_center(embeddings[K:], K, seeds=embeddings[:K]))
+    # Fewer than 2K images: all are candidates, nothing seeds; fewer than K: a clear error.
+    head.init_from_pooled(embeddings[: K + 2])
+    torch.testing.assert_close(head.prototypes, greedy_k_center(embeddings[: K + 2], K))
+    with pytest.raises(ValueError, match=f"at least {K} images"):
+        head.init_from_pooled(embeddings[: K - 1])
+    feats = _features()
+    torch.testing.assert_close(head.pooled_embedding(feats), _average_pooling(head, feats))

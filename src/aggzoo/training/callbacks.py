@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["HeadDataInit", "UntrainedBaseline", "sample_local_descriptors", "kmeans", "data_init_targets"]
+__all__ = ["HeadDataInit", "UntrainedBaseline", "sample_local_descriptors", "sample_pooled_embeddings", "kmeans",
+           "data_init_targets", "pooled_init_targets"]
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +20,29 @@ log = logging.getLogger(__name__)
 def data_init_targets(model: nn.Module) -> list[nn.Module]:
     """Modules that want k-means initialisation (``needs_data_init`` and ``init_from_clusters``)."""
     return [m for m in model.modules() if getattr(m, "needs_data_init", False) and hasattr(m, "init_from_clusters")]
+
+
+def pooled_init_targets(model: nn.Module) -> list[nn.Module]:
+    """Modules initialised from pooled image embeddings (``needs_data_init`` and ``init_from_pooled``,
+    e.g. GSP's prototypes)."""
+    return [m for m in model.modules() if getattr(m, "needs_data_init", False) and hasattr(m, "init_from_pooled")]
+
+
+@torch.no_grad()
+def sample_pooled_embeddings(model: nn.Module, loader: torch.utils.data.DataLoader, targets: list[nn.Module], *,
+                             device: torch.device) -> list[Tensor]:
+    """For each target, its ``pooled_embedding(backbone features)`` of every image: ``[N, D]`` each."""
+    chunks: list[list[Tensor]] = [[] for _ in targets]
+    was_training = model.training
+    model.eval()
+    try:
+        for images, _ in loader:
+            features = model.backbone(images.to(device))
+            for chunk, target in zip(chunks, targets, strict=True):
+                chunk.append(target.pooled_embedding(features).float().cpu())
+    finally:
+        model.train(was_training)
+    return [torch.cat(chunk) for chunk in chunks]
 
 
 @torch.no_grad()
@@ -60,34 +84,49 @@ def kmeans(descriptors: Tensor, num_clusters: int, *, niter: int = 100, seed: in
 
 
 class HeadDataInit(L.Callback):
-    """Initialise heads from data (NetVLAD centroids, ImAge tokens) before the first step.
+    """Initialise heads from data before the first step. Two protocols:
 
-    Samples ``descriptors_per_image`` local features from each of ``num_images`` training images
-    (the reference NetVLAD code uses ~50k descriptors, ~100 per image), clusters them with faiss
-    k-means and calls ``init_from_clusters(centroids, descriptors)`` on every module that asks for
-    it. Skipped when the run resumes from a checkpoint, whose weights are already trained.
+    - k-means (NetVLAD centroids, ImAge tokens): ``descriptors_per_image`` local features from each
+      of ``num_images`` training images (the reference NetVLAD code uses ~50k descriptors, ~100 per
+      image), clustered with faiss k-means; then ``init_from_clusters(centroids, descriptors)`` on
+      every module that asks for it (:func:`data_init_targets`);
+    - pooled embeddings (GSP prototypes): ``pooled_embedding(features)`` of ``pooled_images``
+      training images (upstream GSP keeps a 1024-entry memory), passed to ``init_from_pooled``
+      (:func:`pooled_init_targets`).
+
+    Skipped when the run resumes from a checkpoint, whose weights are already trained.
     """
 
     def __init__(self, *, num_images: int = 500, descriptors_per_image: int = 100, niter: int = 100,
-                 seed: int = 0) -> None:
+                 pooled_images: int = 1024, seed: int = 0) -> None:
         self.num_images = num_images
         self.descriptors_per_image = descriptors_per_image
         self.niter = niter
+        self.pooled_images = pooled_images
         self.seed = seed
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        targets = data_init_targets(pl_module.model)
-        if not targets or trainer.ckpt_path is not None:
+        if trainer.ckpt_path is not None:
             return
-        start = time.perf_counter()
-        loader = trainer.datamodule.feature_sample_dataloader(self.num_images, seed=self.seed)
-        descriptors = sample_local_descriptors(pl_module.model, loader, per_image=self.descriptors_per_image,
-                                               seed=self.seed, device=pl_module.device)
-        for target in targets:
-            centroids = kmeans(descriptors, target.num_clusters, niter=self.niter, seed=self.seed)
-            target.init_from_clusters(centroids.to(pl_module.device), descriptors.to(pl_module.device))
-        log.info("data-driven init of %s from %d local descriptors in %.1fs",
-                 [type(t).__name__ for t in targets], descriptors.shape[0], time.perf_counter() - start)
+        model, device = pl_module.model, pl_module.device
+        if targets := data_init_targets(model):
+            start = time.perf_counter()
+            loader = trainer.datamodule.feature_sample_dataloader(self.num_images, seed=self.seed)
+            descriptors = sample_local_descriptors(model, loader, per_image=self.descriptors_per_image,
+                                                   seed=self.seed, device=device)
+            for target in targets:
+                centroids = kmeans(descriptors, target.num_clusters, niter=self.niter, seed=self.seed)
+                target.init_from_clusters(centroids.to(device), descriptors.to(device))
+            log.info("k-means init of %s from %d local descriptors in %.1fs",
+                     [type(t).__name__ for t in targets], descriptors.shape[0], time.perf_counter() - start)
+        if targets := pooled_init_targets(model):
+            start = time.perf_counter()
+            loader = trainer.datamodule.feature_sample_dataloader(self.pooled_images, seed=self.seed)
+            for target, embeddings in zip(targets, sample_pooled_embeddings(model, loader, targets, device=device),
+                                          strict=True):
+                target.init_from_pooled(embeddings.to(device))
+            log.info("init of %s from the pooled embeddings of %d images in %.1fs",
+                     [type(t).__name__ for t in targets], len(loader.dataset), time.perf_counter() - start)
 
 
 class UntrainedBaseline(L.Callback):

@@ -18,6 +18,12 @@ fractions ``w_i = (1 - n rho_i) / mu = sigmoid(l + log s_i) / mu`` (mean 1), and
     desc = L2( (1/n) sum_i w_i z_i ): [B, D].
 
 ``mu = 1`` moves all the mass (``lambda -> inf``, every ``w_i = 1``): exactly average pooling of ``z``.
+
+Prototype initialisation from data, as upstream (``needs_data_init``; run by the ``HeadDataInit``
+callback before training): the L2-normalised average-pooled embeddings of about a thousand training
+images (upstream's 1024-entry memory) seed a greedy k-center selection (:func:`greedy_k_center`) whose
+``K`` picks become the prototypes. Upstream fills that memory during its first training steps, while
+the layer outputs plain average pooling; here it is filled by one pass before the first step.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from torch import Tensor, nn
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
-__all__ = ["GSP", "partial_transport_weights"]
+__all__ = ["GSP", "greedy_k_center", "partial_transport_weights"]
 
 
 #: the fixed-point loop stops once a step moves every ``log lambda`` by less than this
@@ -74,6 +80,29 @@ def partial_transport_weights(log_mass: Tensor, transport_ratio: float, num_iter
     return torch.sigmoid(log_lambda + log_mass) / transport_ratio
 
 
+@torch.no_grad()
+def greedy_k_center(points: Tensor, k: int, *, seeds: Tensor | None = None) -> Tensor:
+    """Greedy k-center (farthest-point) selection of ``k`` rows of ``points [N, D] -> [k, D]``.
+
+    Each pick is the point farthest, in squared Euclidean distance, from everything picked so far and
+    from ``seeds [M, D]`` (which are not returned; upstream seeds with the first ``K`` memory entries).
+    Without seeds the first pick is ``points[0]``. Ties go to the lowest index.
+    """
+    points = points.float()
+    if k > points.shape[0]:
+        raise ValueError(f"greedy k-center cannot pick {k} of {points.shape[0]} points")
+    if seeds is not None and seeds.shape[0] > 0:
+        nearest = torch.cdist(points, seeds.float()).square().amin(dim=1)  # [N]
+    else:
+        nearest = torch.full(points.shape[:1], torch.inf, device=points.device)
+    picked = []
+    for _ in range(k):
+        index = int(torch.argmax(nearest))
+        picked.append(index)
+        nearest = torch.minimum(nearest, (points - points[index]).square().sum(dim=1))
+    return points[picked]
+
+
 class GSP(Head):
     """Generalized sum pooling head.
 
@@ -88,6 +117,10 @@ class GSP(Head):
 
     ``features.last: [B, C, H, W] -> [B, D]``.
     """
+
+    #: the HeadDataInit callback calls :meth:`init_from_pooled` with :meth:`pooled_embedding` of
+    #: training images before the first step
+    needs_data_init = True
 
     def __init__(
         self,
@@ -125,6 +158,25 @@ class GSP(Head):
             cost = (2 - 2 * cosine).clamp_min(1e-12).sqrt()
             log_mass = torch.logsumexp(-self.entropy_weight * cost, dim=1)  # [B, n]
             return partial_transport_weights(log_mass, self.transport_ratio, self.num_iters)
+
+    def pooled_embedding(self, features: Features) -> Tensor:
+        """``[B, D]``: the L2-normalised average of the embedded features (upstream's memory entries)."""
+        return F.normalize(self.feature_transform(features.last).mean(dim=(-2, -1)).float(), dim=-1)
+
+    @torch.no_grad()
+    def init_from_pooled(self, embeddings: Tensor) -> None:
+        """Prototypes from ``embeddings [N, D]`` (:meth:`pooled_embedding` of N training images).
+
+        The first ``K`` embeddings seed a greedy k-center selection among the others, as upstream;
+        with fewer than ``2K`` images every embedding is a candidate and nothing seeds.
+        """
+        k = self.prototypes.shape[0]
+        if embeddings.shape[0] < k:
+            raise ValueError(f"GSP's prototype initialisation needs at least {k} images (num_prototypes), got "
+                             f"{embeddings.shape[0]}: sample more (callbacks.head_data_init.pooled_images) or "
+                             "use a larger training set")
+        seeds, candidates = (embeddings[:k], embeddings[k:]) if embeddings.shape[0] >= 2 * k else (None, embeddings)
+        self.prototypes.copy_(greedy_k_center(candidates, k, seeds=seeds).to(self.prototypes.dtype))
 
     def forward(self, features: Features) -> Tensor:
         embedded = self.feature_transform(features.last).flatten(2)  # [B, D, n]

@@ -1,0 +1,53 @@
+"""The HeadDataInit callback in a real Lightning fit: GSP's prototypes from the pooled embeddings of
+training images (greedy k-center, as upstream)."""
+
+from __future__ import annotations
+
+import functools
+
+import lightning.pytorch as L
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from train_helpers import CONF
+
+from aggzoo.data.gsv_cities import GSVCitiesDataset
+from aggzoo.data.transforms import eval_transform
+from aggzoo.models.backbones.timm_backbone import TimmBackbone
+from aggzoo.models.heads.gsp import GSP, greedy_k_center
+from aggzoo.models.vpr_model import VPRModel
+from aggzoo.training.callbacks import HeadDataInit
+from aggzoo.training.datamodule import VPRDataModule
+from aggzoo.training.module import VPRLightningModule
+
+K = 8
+
+
+def test_gsp_prototypes_are_greedy_k_centers_of_pooled_training_embeddings(tiny_data) -> None:
+    torch.manual_seed(0)
+    model = VPRModel(TimmBackbone("test_resnet", out_indices=(3,)),
+                     functools.partial(GSP, embedding_dim=16, num_prototypes=K))
+    before = model.head.prototypes.detach().clone()
+    module = VPRLightningModule(model, loss=instantiate(OmegaConf.load(CONF / "loss" / "multisimilarity.yaml")),
+                                optimizer=functools.partial(torch.optim.AdamW, lr=1e-3))
+    transform = eval_transform((32, 48))
+    data = VPRDataModule(train_dataset=GSVCitiesDataset(tiny_data.gsv, img_per_place=4, transform=transform),
+                         val_sets={}, eval_transform=transform, places_per_batch=4)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=0, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[HeadDataInit(pooled_images=3 * K, seed=0)])
+    trainer.fit(module, datamodule=data)
+    assert trainer.global_step == 0
+
+    # The same images, embedded by hand: 1x1 transform, spatial mean, L2.
+    model.eval()
+    weight = model.head.feature_transform.weight[:, :, 0, 0]  # [D, C]
+    with torch.no_grad():
+        images = torch.cat([batch for batch, _ in data.feature_sample_dataloader(3 * K, seed=0)])
+        fmap = model.backbone(images).last  # [N, C, H, W]
+        embeddings = F.normalize(torch.einsum("dc,nchw->nd", weight, fmap) / fmap[0, 0].numel(), dim=-1)
+    assert embeddings.shape[0] == 3 * K
+    expected = greedy_k_center(embeddings[K:], K, seeds=embeddings[:K])
+    torch.testing.assert_close(model.head.prototypes.detach(), expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(before, expected)
