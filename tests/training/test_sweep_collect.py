@@ -7,9 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
 
 from aggzoo.training.collect_runs import collect_runs, format_runs, main
-from train_helpers import TINY, train_py
+from aggzoo.training.sweep import keep_sweeping
+from train_helpers import CONF, TINY, train_py
 
 
 def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -66,3 +71,27 @@ def test_collect_lists_runs_without_summary_and_rejects_empty_folders(tmp_path: 
     assert "head=salad" in format_runs(runs, fmt="csv")
     with pytest.raises(FileNotFoundError, match="no runs under"):
         collect_runs(tmp_path / "0" / ".hydra")
+
+
+def _hydra_job(mode: str, output_dir: Path) -> None:
+    """Make this process look like a Hydra job of the given run mode writing to ``output_dir``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[f"hydra.mode={mode}"], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(output_dir)
+    HydraConfig().set_config(cfg)
+
+
+def test_a_bug_in_a_sweep_job_is_recorded_with_its_traceback_and_propagates_in_a_single_run(tmp_path: Path) -> None:
+    _hydra_job("MULTIRUN", tmp_path)
+    with keep_sweeping():
+        raise RuntimeError("first line\nsecond line")  # swallowed: the sweep goes on
+    reason, blank, *traceback = (tmp_path / "run_error.txt").read_text().splitlines()
+    assert reason == "RuntimeError: first line second line" and blank == ""
+    assert traceback[0].startswith("Traceback") and "test_sweep_collect.py" in "\n".join(traceback)
+
+    _hydra_job("RUN", tmp_path / "single")
+    with pytest.raises(RuntimeError, match="first line"), keep_sweeping():
+        raise RuntimeError("first line")
+    assert not (tmp_path / "single").exists()

@@ -63,7 +63,7 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
             entry["overrides"] = [line[2:].strip() for line in overrides.read_text().splitlines()
                                   if line.startswith("- ")] if overrides.is_file() else []
             error = folder / ERROR_FILE
-            entry["status"] = (f"failed: {error.read_text().splitlines()[0][:200]}" if error.is_file()
+            entry["status"] = (f"failed: {error.read_text().splitlines()[0][:300]}" if error.is_file()
                                else "no summary (failed, killed or running)")
         runs.append(entry)
     if not runs:

@@ -65,7 +65,8 @@ def keep_sweeping() -> Iterator[None]:
             reason, details = user_message(err), ""
             log.error("error: %s", reason)
         else:
-            reason = f"{type(err).__name__}: {err}".splitlines()[0]
+            # One line, whole: a wrapped error (Hydra's InstantiationException) has its cause on line two.
+            reason = " ".join(f"{type(err).__name__}: {err}".split())
             details = "".join(traceback.format_exception(err))
             log.error("job failed:\n%s", details)
         job_dir.mkdir(parents=True, exist_ok=True)
