@@ -1,7 +1,9 @@
-"""ConvAP: value equals a hand computation, layout and size at the paper configuration."""
+"""ConvAP: value equals a hand computation and the paper's conv-then-pool order, layout and size at the paper
+configuration."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -36,3 +38,19 @@ def test_paper_configuration() -> None:
         out = head(Features((torch.randn(2, 2048, 10, 10),)))
     assert out.shape == (2, 4096)
     assert ConvAP(2048).out_dim == 512 * 2 * 2  # the constructor's default d = 512
+
+
+@pytest.mark.parametrize("size", [(7, 5), (1, 1), (10, 10)])
+def test_pooling_before_the_projection_gives_the_papers_conv_then_pool(size: tuple[int, int]) -> None:
+    # Overlapping adaptive windows (7 x 5 -> 2 x 2) and a map smaller than the output included.
+    torch.manual_seed(0)
+    head = ConvAP(6, out_channels=5, s1=2, s2=2)
+    x = torch.randn(3, 6, *size, requires_grad=True)
+    probe = torch.randn(3, 20)
+    out = head(Features((x,)))
+    grads = torch.autograd.grad((out * probe).sum(), [x, head.channel_pool.weight])
+    reference = F.normalize(F.adaptive_avg_pool2d(head.channel_pool(x), (2, 2)).flatten(1), dim=1)
+    expected = torch.autograd.grad((reference * probe).sum(), [x, head.channel_pool.weight])
+    torch.testing.assert_close(out, reference, atol=1e-6, rtol=1e-5)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)

@@ -48,6 +48,10 @@ class ConvAP(Head):
         self.channel_pool = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=True)
 
     def forward(self, features: Features) -> Tensor:
-        x = self.channel_pool(features.last)
-        x = F.adaptive_avg_pool2d(x, (self.s1, self.s2))  # [B, d, s1, s2]
+        # The paper's order is conv, then pool. Both are linear, the conv acting on channels alone and
+        # the pool on positions alone (each output cell a fixed average), so they commute, bias
+        # included: pooling first gives the same descriptor with the conv on s1 x s2 positions
+        # instead of H x W.
+        x = F.adaptive_avg_pool2d(features.last, (self.s1, self.s2))  # [B, C, s1, s2]
+        x = self.channel_pool(x)  # [B, d, s1, s2]
         return F.normalize(x.flatten(1), dim=1)
