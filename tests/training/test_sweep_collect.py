@@ -73,6 +73,13 @@ def test_collect_lists_runs_without_summary_and_rejects_empty_folders(tmp_path: 
         collect_runs(tmp_path / "0" / ".hydra")
 
 
+def test_a_sweep_whose_every_job_fails_still_prints_its_table_and_fails(tiny_data, tmp_path: Path) -> None:
+    sweep = train_py(["-m", "head=mixvpr", *TINY], tiny_data.root, launch_dir=tmp_path)
+    assert sweep.returncode == 1
+    assert "1 of 1 sweep runs did not finish: run 0 (head=mixvpr" in sweep.stderr
+    assert "| 0 | " in sweep.stdout and "failed: cannot start training" in sweep.stdout
+
+
 def _hydra_job(mode: str, output_dir: Path) -> None:
     """Make this process look like a Hydra job of the given run mode writing to ``output_dir``."""
     GlobalHydra.instance().clear()

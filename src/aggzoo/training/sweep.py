@@ -89,7 +89,10 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         runs = collect_runs(sweep_dir)
-        table = format_runs(runs, ks=self.ks, sort=self.sort)
+        try:
+            table = format_runs(runs, ks=self.ks, sort=self.sort)
+        except ValueError:  # no such column: no run reached its test benchmarks
+            table = format_runs(runs, ks=self.ks)
         (sweep_dir / TABLE_FILE).write_text(table + "\n")
         print(f"\n== sweep {sweep_dir}: {len(runs)} runs (also in {TABLE_FILE}) ==\n{table}", flush=True)
         failed = [r for r in runs if r["status"] != "done"]
