@@ -1,4 +1,4 @@
-"""MixVPR: fixed-size check, channel-major layout, mixer init, paper configuration."""
+"""MixVPR: fixed-size check, channel-major layout, the projections' order, mixer init, paper configuration."""
 
 from __future__ import annotations
 
@@ -47,6 +47,27 @@ def test_layout_is_channel_major() -> None:
         y = torch.einsum("dc,bcn,rn->bdr", wc, xn, wr) + bc[None, :, None] * wr.sum(1)[None, None, :] + br
         expected = F.normalize(y.reshape(2, d * r), dim=1)
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_row_projection_first_gives_the_papers_order_values_and_gradients() -> None:
+    torch.manual_seed(0)
+    head = MixVPR(6, in_h=3, in_w=4, out_channels=5, mix_depth=2, out_rows=2)
+    for p in head.parameters():  # non-zero biases everywhere
+        torch.nn.init.normal_(p, std=0.3)
+    x = torch.randn(2, 6, 3, 4, requires_grad=True)
+    probe = torch.randn(2, 10)
+
+    def papers_order(x: torch.Tensor) -> torch.Tensor:  # channel projection on all n columns, then rows
+        mixed = head.mix(x.flatten(2))
+        return F.normalize(head.row_proj(head.channel_proj(mixed.transpose(1, 2)).transpose(1, 2)).flatten(1), dim=1)
+
+    params = [x, *head.parameters()]
+    out, reference = head(Features((x,))), papers_order(x)
+    torch.testing.assert_close(out, reference, atol=1e-6, rtol=1e-5)
+    got = torch.autograd.grad((out * probe).sum(), params)
+    want = torch.autograd.grad((reference * probe).sum(), params)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-5)
 
 
 def test_mixer_init_is_small_normal_with_zero_bias() -> None:
