@@ -35,6 +35,48 @@ def test_class_token_changes_the_descriptor() -> None:
     assert not torch.allclose(a, b)
 
 
+def _per_image_reference(head: EDTformer, f: Features) -> torch.Tensor:
+    """The original's computation: every image's copy of the queries goes through every block."""
+    memory = head.fc(torch.cat([f.cls.unsqueeze(1), f.last.flatten(2).transpose(1, 2)], dim=1))
+    q = head.queries.expand(f.last.shape[0], -1, -1)
+    for layer in head.decoder.layers:
+        q = layer(q, memory)
+    x = head.row_proj(head.channel_proj(q).transpose(1, 2))
+    return torch.nn.functional.normalize(x.flatten(1), dim=1)
+
+
+@pytest.mark.parametrize("mode", ["eval", "train without dropout"])
+def test_shared_first_self_attention_equals_the_per_image_computation(mode: str) -> None:
+    torch.manual_seed(0)
+    head = EDTformer(32, num_heads=4, dropout=0.0 if mode.startswith("train") else 0.1)
+    torch.nn.init.normal_(head.queries)  # queries that differ, so the self-attention matters
+    head.train(mode.startswith("train"))
+    f = _features(batch=3)
+    params = list(head.parameters())
+    out, reference = head(f), _per_image_reference(head, f)
+    torch.testing.assert_close(out, reference, atol=1e-6, rtol=1e-5)
+    probe = torch.randn_like(out)
+    for got, want in zip(torch.autograd.grad((out * probe).sum(), params),
+                         torch.autograd.grad((reference * probe).sum(), params), strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_training_dropout_is_drawn_per_image_as_upstream() -> None:
+    torch.manual_seed(0)
+    head = EDTformer(32, num_heads=4, dropout=0.5).train()
+    f = _features(batch=1)
+    twice = Features((f.last.expand(2, -1, -1, -1),), cls=f.cls.expand(2, -1))  # the same image twice
+    seen = []
+    head.decoder.layers[0].norm1.register_forward_hook(lambda module, args, out: seen.append(out))
+    head(twice)
+    (queries,) = seen  # the first self-attention's output: one per image, with its own dropout mask
+    assert queries.shape[0] == 2 and not torch.allclose(queries[0], queries[1])
+    head.eval()
+    with torch.no_grad():
+        head(twice)
+    assert seen[1].shape[0] == 1  # in eval it ran once for the batch
+
+
 def test_layout_is_channel_major() -> None:
     """With row_proj selecting query r for row r, entry (d, r) is channel d of the projected r-th query."""
     torch.manual_seed(0)

@@ -49,9 +49,16 @@ class SimplifiedDecoderLayer(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def forward(self, q: Tensor, memory: Tensor) -> Tensor:
-        q = self.norm1(q + self.dropout1(self.self_attn(q, q, q, need_weights=False)[0]))
+    def query_block(self, q: Tensor) -> Tensor:
+        """``LN_1(q + Drop(SelfAttn(q)))``: ``[B, Q, C] -> [B, Q, C]``."""
+        return self.norm1(q + self.dropout1(self.self_attn(q, q, q, need_weights=False)[0]))
+
+    def memory_block(self, q: Tensor, memory: Tensor) -> Tensor:
+        """``LN_2(q + Drop(CrossAttn(q, memory)))``: ``[B, Q, C], [B, m, C] -> [B, Q, C]``."""
         return self.norm2(q + self.dropout2(self.multihead_attn(q, memory, memory, need_weights=False)[0]))
+
+    def forward(self, q: Tensor, memory: Tensor) -> Tensor:
+        return self.memory_block(self.query_block(q), memory)
 
 
 class _DecoderStack(nn.Module):
@@ -61,8 +68,18 @@ class _DecoderStack(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(SimplifiedDecoderLayer(dim, num_heads, dropout) for _ in range(num_layers))
 
-    def forward(self, q: Tensor, memory: Tensor) -> Tensor:
-        for layer in self.layers:
+    def forward(self, queries: Tensor, memory: Tensor) -> Tensor:
+        """``queries [1, Q, C]`` (shared by every image), ``memory [B, m, C]`` -> ``[B, Q, C]``."""
+        batch = memory.shape[0]
+        first = self.layers[0]
+        if self.training and first.dropout1.p > 0:  # a dropout mask per image, as upstream
+            q = first.query_block(queries.expand(batch, -1, -1))
+        else:
+            # Deterministic, and nothing before the first cross-attention depends on the image:
+            # the first self-attention runs once per batch instead of once per image.
+            q = first.query_block(queries).expand(batch, -1, -1)
+        q = first.memory_block(q, memory)
+        for layer in self.layers[1:]:
             q = layer(q, memory)
         return q
 
@@ -120,7 +137,7 @@ class EDTformer(Head):
             )
         patches = features.last.flatten(2).transpose(1, 2)  # [B, n, C]
         memory = self.fc(torch.cat([features.cls.unsqueeze(1), patches], dim=1))  # [B, 1+n, C]
-        q = self.decoder(self.queries.expand(patches.shape[0], -1, -1), memory)  # [B, Q, C]
+        q = self.decoder(self.queries, memory)  # [B, Q, C]
         x = self.channel_proj(q)  # [B, Q, d]
         x = self.row_proj(x.transpose(1, 2))  # [B, d, R]
         return F.normalize(x.flatten(1), dim=1)
