@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 import aggzoo.training.durable_io as durable_io
 import aggzoo.training.safe_save as safe_save
+from aggzoo.training.checkpointing import RunCheckpoint
 from aggzoo.training.durable_io import DurableCheckpointIO
 from aggzoo.training.safe_save import DiskFullError, atomic_save
 from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
@@ -127,3 +128,25 @@ def test_trainer_save_failing_midway_keeps_last_ckpt(tmp_path: Path, monkeypatch
         trainer.fit(TinyModule(), datamodule=TinyData(root), ckpt_path=str(last))
     assert last.read_bytes() == before
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["last.ckpt"]
+
+
+class WorseEveryEpoch(TinyModule):
+    """Logs a monitored score that never improves after the first epoch."""
+
+    def on_train_epoch_end(self) -> None:
+        self.log("score", -float(self.current_epoch))
+
+
+@pytest.mark.parametrize("callback", [ModelCheckpoint, RunCheckpoint])
+def test_last_ckpt_is_the_final_state_even_when_the_monitored_metric_stops_improving(
+        callback: type[ModelCheckpoint], tmp_path: Path) -> None:
+    root = tmp_path / "city"
+    write_city(root, [2] * 4)  # 2 steps per epoch
+    checkpoints = callback(dirpath=tmp_path / "ckpt", monitor="score", mode="max", save_top_k=1, save_last=True)
+    trainer = tiny_trainer(tmp_path, [checkpoints], max_epochs=3, enable_checkpointing=True)
+    trainer.fit(WorseEveryEpoch(), datamodule=TinyData(root))
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    best = torch.load(checkpoints.best_model_path, weights_only=True)
+    assert best["global_step"] == 2  # the best epoch is the first, for both
+    # Lightning 2.6 refreshes last.ckpt only together with a top-k save; RunCheckpoint at every epoch.
+    assert last["global_step"] == (6 if callback is RunCheckpoint else 2)

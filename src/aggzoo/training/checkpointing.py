@@ -3,6 +3,7 @@
 - :func:`resolve_ckpt_path` turns ``ckpt_path=last`` (or a run folder) into a file: the run's own
   ``checkpoints/last.ckpt`` when it has one (a requeued SLURM job), else the newest ``last.ckpt``
   under the log folder.
+- :class:`RunCheckpoint` is Lightning's ``ModelCheckpoint`` with ``last.ckpt`` always the newest state.
 - :func:`check_checkpoint_matches` compares the checkpoint's weights with the configured model
   before Lightning touches them and raises one :class:`CheckpointMismatchError` that names the
   differing keys, both model configs and the fix.
@@ -19,11 +20,38 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
-__all__ = ["CheckpointMismatchError", "check_checkpoint_matches", "resolve_ckpt_path", "run_dir_of"]
+__all__ = ["CheckpointMismatchError", "RunCheckpoint", "check_checkpoint_matches", "resolve_ckpt_path", "run_dir_of"]
 
 _LAST = ("last.ckpt", "last-v*.ckpt")
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose ``last.ckpt`` is refreshed at every save point (epoch or validation end).
+
+    Lightning 2.6 writes ``last.ckpt`` only when a top-k checkpoint is written at the same step: with
+    ``monitor=val/R@1``, an epoch that does not improve leaves ``last.ckpt`` at an older epoch, so a run
+    killed later resumes from there and repeats epochs, and a finished run's ``last.ckpt`` is not its
+    final state. The top-k checkpoints are chosen as before.
+    """
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._refresh_last(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_save_on_train_epoch_end(trainer):
+            self._refresh_last(trainer)
+
+    def _refresh_last(self, trainer: L.Trainer) -> None:
+        # Skipped when this step was saved already (by the top-k rule), in sanity checks and outside fit.
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
 class CheckpointMismatchError(ValueError):
