@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 import lightning.pytorch as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from aggzoo.data.retrieval_set import RetrievalSet
@@ -164,7 +166,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values() if lg is not None]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
+    except SIGTERMException:
+        # GracefulInterrupt has saved the checkpoint; report it, then exit as a terminated process does.
+        after_training(trainer, image_policy)
+        raise SystemExit(128 + signal.SIGTERM) from None
     best = _best_checkpoint(trainer)
     results: dict[str, Any] = {"best_checkpoint": str(best) if best else None, "trainer": trainer}
     results.update(after_training(trainer, image_policy))  # skipped images; a Ctrl-C stop skips the tests

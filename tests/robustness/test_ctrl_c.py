@@ -1,5 +1,5 @@
 """Ctrl-C during training: Lightning's own behaviour, then GracefulInterrupt's (finish the step,
-save, stop), with loader workers that receive the terminal's SIGINT too."""
+save, stop), with loader workers that receive the terminal's SIGINT too; SIGTERM saves the same way."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import lightning.pytorch as L
 import pytest
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from aggzoo.training.interrupt import GracefulInterrupt
 from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
@@ -65,6 +66,30 @@ def test_first_ctrl_c_finishes_the_step_saves_and_stops(city: Path, tmp_path: Pa
     for name, value in module.state_dict().items():
         assert torch.equal(checkpoint["state_dict"][name], value)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+
+class TermDuringStep(L.Callback):
+    """Sends SIGTERM to this process while the step that completes global step ``at_step`` runs."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.at_step - 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_sigterm_during_a_step_saves_that_step_before_lightning_stops(city: Path, tmp_path: Path) -> None:
+    interrupt = GracefulInterrupt()
+    module = TinyModule()
+    trainer = tiny_trainer(tmp_path, [TermDuringStep(at_step=2), interrupt], max_steps=5)
+    with pytest.raises(SIGTERMException):  # Lightning's own stop, after the step (exit status 0 by itself)
+        trainer.fit(module, datamodule=TinyData(city))
+    assert trainer.global_step == 2 and interrupt.saved_path == tmp_path / "interrupted.ckpt"
+    checkpoint = torch.load(interrupt.saved_path, weights_only=True)
+    assert checkpoint["global_step"] == 2
+    for name, value in module.state_dict().items():
+        assert torch.equal(checkpoint["state_dict"][name], value)
 
 
 def test_second_ctrl_c_aborts_at_once(city: Path, tmp_path: Path) -> None:

@@ -65,6 +65,37 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tiny_data, tmp_path: 
     assert ours["test"] == theirs["test"] and ours["val"] == theirs["val"] and ours["test"]["trained"]
 
 
+def test_sigterm_saves_the_step_exits_143_and_resumes_to_the_uninterrupted_result(
+        tiny_data, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No per-step checkpoints here: only GracefulInterrupt can save the interrupted epoch. The signal
+    # comes after GracefulInterrupt's batch-end hook (callback order), so it is saved from on_exception.
+    run_args = [a for a in RUN if "every_n_train_steps" not in a]
+    logs = tmp_path / "logs"
+    stopped = train_py([*run_args, f"paths.log_dir={logs}",
+                        "+callbacks.crash._target_=aggzoo.training.faults.KillAtStep",
+                        f"+callbacks.crash.step={KILL_AT}", "+callbacks.crash.signal=SIGTERM"], tiny_data.root)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    (run,) = run_dirs(logs)
+    last = run / "checkpoints" / "last.ckpt"
+    assert f"interrupted at global step {KILL_AT}: saved {last}" in stopped.stdout
+    state = torch.load(last, weights_only=True, map_location="cpu")
+    assert state["global_step"] == KILL_AT and state["epoch"] == 1  # the signalled step, mid-epoch
+    assert not (run / "test_results.json").exists()
+
+    monkeypatch.setenv("AGGZOO_DATA", str(tiny_data.root))
+    train(compose_train([*run_args, f"paths.log_dir={logs}", "ckpt_path=last"], tmp_path / "resumed"))
+    train(compose_train([*run_args, f"paths.log_dir={tmp_path / 'straight_logs'}"], tmp_path / "straight"))
+    final = torch.load(last, weights_only=True, map_location="cpu")
+    reference = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    # (The straight run's second epoch lowers val R@1: its last.ckpt is still the final state, RunCheckpoint.)
+    assert final["global_step"] == reference["global_step"] == 8
+    for key, value in reference["state_dict"].items():
+        torch.testing.assert_close(final["state_dict"][key], value, atol=0, rtol=0, msg=key)
+    assert final["lr_schedulers"] == reference["lr_schedulers"]
+    assert logged(run, "train/loss") == logged(tmp_path / "straight", "train/loss")
+    assert logged(run, "val/R@1") == logged(tmp_path / "straight", "val/R@1")
+
+
 def test_ckpt_path_resolution(tmp_path: Path) -> None:
     logs = tmp_path / "logs" / "train"
     old, new, own = (logs / "runs" / name / "checkpoints" for name in ("a", "b", "c"))

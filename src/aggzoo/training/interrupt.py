@@ -15,6 +15,13 @@ resume. The state goes to the ``last.ckpt`` of the ``ModelCheckpoint`` when it k
 ``ckpt_path=last`` resumes from it, mid-epoch), else to ``<default_root_dir>/interrupted.ckpt``. A
 second Ctrl-C aborts at once (Lightning's behaviour). Loader workers ignore SIGINT so they stay
 alive for the last step.
+
+SIGTERM (``kill``, ``docker stop``, a scheduler's time limit) gets the same treatment. Lightning's own
+SIGTERM handler notes the signal and raises ``SIGTERMException`` (a ``SystemExit`` with status 0) at the
+end of the current batch or validation step, saving nothing; this callback saves the same checkpoint
+first (at the end of the training step, or from ``on_exception`` when the signal came during
+validation or was broadcast to the other DDP ranks), and the pipeline exits with status 143 (128 +
+SIGTERM) after printing how to resume.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 __all__ = ["GracefulInterrupt", "ignore_sigint_in_worker"]
 
@@ -125,7 +133,7 @@ class GracefulInterrupt(L.Callback):
         # Under DDP every rank must save (a collective) and stop together: any rank's Ctrl-C counts.
         if trainer.world_size > 1:
             self.requested = bool(trainer.strategy.reduce_boolean_decision(self.requested, all=False))
-        if self.requested:
+        if self.requested or trainer.received_sigterm:  # Lightning raises SIGTERMException right after
             self._save_and_stop(trainer)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -137,6 +145,9 @@ class GracefulInterrupt(L.Callback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore()
+        if isinstance(exception, SIGTERMException) and trainer.state.fn == "fit":
+            # Raised between two steps (or two validation batches): the state is whole, so save it.
+            self._save_and_stop(trainer)
 
     def _save_and_stop(self, trainer: L.Trainer) -> None:
         if self.saved_path is None:
