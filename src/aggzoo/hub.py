@@ -14,8 +14,9 @@ Safe by construction:
 
 Where files live:
 
-- ``weights/`` beside the package in a checkout (or ``$AGGZOO_WEIGHTS_DIR``): weights shipped with
-  aggzoo, listed in ``weights/manifest.json``.
+- ``weights/`` (or ``$AGGZOO_WEIGHTS_DIR``): weights shipped with aggzoo, listed in
+  ``weights/manifest.json``; the package reaches it as ``aggzoo/weights`` (a link in a checkout, a
+  copy inside an installed wheel).
 - ``$AGGZOO_CACHE`` (default ``$XDG_CACHE_HOME/aggzoo`` or ``~/.cache/aggzoo``): downloads, one
   folder per model name. On an offline machine (or with ``AGGZOO_OFFLINE=1``) nothing is
   downloaded; the error names the URL and the exact path to place the file at.
@@ -103,11 +104,12 @@ class WeightsUnavailableError(FileNotFoundError):
 
 
 def weights_dir() -> Path:
-    """The folder of shipped weights: ``$AGGZOO_WEIGHTS_DIR`` or ``<checkout>/weights``."""
+    """The folder of shipped weights: ``$AGGZOO_WEIGHTS_DIR``, else the package's ``weights``: in a
+    checkout a link to the repository's ``weights/``, in an installed wheel a copy of it."""
     env = os.environ.get("AGGZOO_WEIGHTS_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "weights"
+    return Path(__file__).parent / "weights"
 
 
 def cache_dir() -> Path:

@@ -143,3 +143,37 @@ def test_pipeline_checkpoint_files_rebuild_themselves(tmp_path: Path) -> None:
         torch.testing.assert_close(aggzoo.create_model(str(checkpoint))(x), model(x), rtol=0, atol=0)
         folder = aggzoo.save_pretrained(model, tmp_path / "saved")
         torch.testing.assert_close(aggzoo.create_model(str(folder / "model.safetensors"))(x), model(x), rtol=0, atol=0)
+
+
+def test_a_built_wheel_carries_the_shipped_weights(tmp_path: Path) -> None:
+    """``pip install aggzoo`` (not editable) must still find weights/: the package links it as
+    aggzoo/weights and package-data puts the files in the wheel, byte for byte."""
+    import hashlib
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    from aggzoo.hub import weights_dir
+
+    repo = Path(__file__).resolve().parents[2]
+    assert weights_dir().resolve() == (repo / "weights").resolve()  # in a checkout: the repository's folder
+    # Build from a copy (links kept as links), so that setuptools' build/ folder stays out of the checkout.
+    source = tmp_path / "source"
+    source.mkdir()
+    for part in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(repo / part, source / part)
+    shutil.copytree(repo / "src", source / "src", symlinks=True, ignore=shutil.ignore_patterns("*.egg-info"))
+    shutil.copytree(repo / "weights", source / "weights")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("aggzoo-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        inside = {name.removeprefix("aggzoo/weights/"): archive.read(name) for name in archive.namelist()
+                  if name.startswith("aggzoo/weights/")}
+    shipped = json.loads((repo / "weights" / "manifest.json").read_text())
+    files = [entry["file"] for entry in shipped["entries"]]
+    assert files and {"manifest.json", *files} <= set(inside)
+    for name in files:
+        assert hashlib.sha256(inside[name]).hexdigest() == sha256_of(repo / "weights" / name)
