@@ -113,13 +113,6 @@ class AggregationTokenViT(TimmBackbone):
         tokens = alpha * F.normalize(centroids.float(), dim=1)
         self.aggregation_tokens.copy_(tokens.unsqueeze(0).to(self.aggregation_tokens))
 
-    def _embed(self, x: Tensor) -> Tensor:
-        model = self.model
-        x = model.patch_embed(x)
-        x = model._pos_embed(x)  # prepends CLS (+ registers) and adds the positional embedding
-        x = model.patch_drop(x)
-        return model.norm_pre(x)
-
     def _run(self, images: Tensor, insert_tokens: bool) -> Features:
         model = self.model
         batch, _, height, width = images.shape
@@ -129,7 +122,7 @@ class AggregationTokenViT(TimmBackbone):
         frozen_params = [p for p in frozen_params if p is not None]
         frozen_params += [p for m in (model.patch_embed, *frozen) for p in m.parameters()]
         with torch.set_grad_enabled(torch.is_grad_enabled() and any(p.requires_grad for p in frozen_params)):
-            x = self._embed(images)
+            x = self.embed_tokens(images)
             for block in frozen:
                 x = block(x)
         num_tokens = 0
@@ -139,9 +132,7 @@ class AggregationTokenViT(TimmBackbone):
         for block in model.blocks[self.insert_before_block:]:
             x = block(x)
         x = model.norm(x)
-        grid_h, grid_w = model.patch_embed.dynamic_feat_size((height, width))
-        start = num_tokens + model.num_prefix_tokens
-        patch_map = x[:, start:].reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2)
+        patch_map = self.patch_map(x, (height, width), start=num_tokens + model.num_prefix_tokens)
         cls = x[:, num_tokens] if getattr(model, "cls_token", None) is not None else None
         return Features(maps=(patch_map,), cls=cls, tokens=x[:, :num_tokens] if insert_tokens else None)
 

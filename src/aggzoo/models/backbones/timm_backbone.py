@@ -132,6 +132,22 @@ class TimmBackbone(nn.Module):
             module.eval()
         return self
 
+    def embed_tokens(self, images: Tensor) -> Tensor:
+        """ViTs: ``[B, 3, H, W] -> [B, prefix + n, C]``, the tokens that enter the first block (patch
+        embedding, class/register tokens prepended, position embedding added, pre-norm)."""
+        model = self.model
+        x = model.patch_embed(images)
+        x = model._pos_embed(x)
+        x = model.patch_drop(x)
+        return model.norm_pre(x)
+
+    def patch_map(self, tokens: Tensor, image_size: tuple[int, int], start: int | None = None) -> Tensor:
+        """ViTs: the patch tokens of ``tokens [B, start + n, C]`` as a ``[B, C, H/p, W/p]`` map (row-major
+        positions); ``start`` defaults to the model's prefix tokens (class + registers)."""
+        grid_h, grid_w = self.model.patch_embed.dynamic_feat_size(image_size)
+        start = self.model.num_prefix_tokens if start is None else start
+        return tokens[:, start:].reshape(tokens.shape[0], grid_h, grid_w, -1).permute(0, 3, 1, 2)
+
     def forward(self, x: Tensor) -> Features:
         if self.is_vit:
             outputs = self.model.forward_intermediates(
