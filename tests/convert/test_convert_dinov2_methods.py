@@ -131,3 +131,37 @@ def test_image_official_with_registers_and_data_parallel_prefix(tmp_path: Path) 
                    "backbone.model.pos_embed": dinov2_resampled(pos, GRID)[:, 1:]}
     assert_placed(model, upstream, mapping, transformed)
     assert model.out_dim == 6144
+
+
+def test_edtformer_official_with_lopa_adapters(tmp_path: Path) -> None:
+    shapes = prefixed("backbone.", dinov2_hub(DEPTH))
+    for i in range(DEPTH):  # LoPA (backbone/LadderAdapter.py): Linear 768 -> 4 -> 768 per block
+        shapes += [(f"backbone.adapters.{i}.D_fc1.weight", (4, C)), (f"backbone.adapters.{i}.D_fc1.bias", (4,)),
+                   (f"backbone.adapters.{i}.D_fc2.weight", (C, 4)), (f"backbone.adapters.{i}.D_fc2.bias", (C,))]
+    shapes += [("fc.weight", (C, C)), ("fc.bias", (C,)), ("queries", (1, 64, C)),
+               ("channel_proj.weight", (256, C)), ("channel_proj.bias", (256,)),
+               ("row_proj.weight", (16, 64)), ("row_proj.bias", (16,))]
+    for i in range(2):  # SA_CA: two attentions and two norms, no feed-forward weights
+        layer = f"decoder.layers.{i}."
+        shapes += multihead_attention(layer + "self_attn.", C) + multihead_attention(layer + "multihead_attn.", C)
+        shapes += [(layer + f"norm{j}.{w}", (C,)) for j in (1, 2) for w in ("weight", "bias")]
+    upstream = fill(shapes)
+    # hubconf.py: torch.nn.DataParallel(VPRNet()).load_state_dict(torch.load(...)["model_state_dict"])
+    checkpoint = {"model_state_dict": {f"module.{k}": v for k, v in upstream.items()}, "epoch_num": 15}
+    path = save(checkpoint, tmp_path / "EDTformer.pth")
+    model = aggzoo.create_model("edtformer_dinov2_vitb14.official", checkpoint_path=path,
+                                backbone_kwargs={"depth": DEPTH})
+    mapping: dict[str, str | None] = {}
+    for key in upstream:
+        if key.startswith("backbone.adapters."):
+            mapping[key] = key.replace(".D_fc", ".fc")
+        elif key.startswith("backbone."):
+            mapping[key] = key.replace("backbone.", "backbone.model.", 1)
+        else:
+            mapping[key] = "head." + key
+    mapping["backbone.mask_token"] = None
+    transformed = {"backbone.model.pos_embed": dinov2_resampled(upstream["backbone.pos_embed"], GRID)}
+    assert_placed(model, upstream, mapping, transformed)
+    assert model.out_dim == 4096
+    with torch.no_grad():
+        assert model.eval()(torch.rand(1, 3, 322, 322)).shape == (1, 4096)

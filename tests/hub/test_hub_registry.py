@@ -172,7 +172,8 @@ def test_hydra_configs_are_specs() -> None:
     assert from_yaml.aggzoo_spec == from_zoo.aggzoo_spec
     for yaml_name, zoo_spec in [("tf_efficientnet_lite0", _specs.EFFICIENTNET_LITE0),
                                 ("tf_efficientnet_lite0_multilevel", _specs.EFFICIENTNET_LITE0_MULTILEVEL),
-                                ("image_dinov2_vitb14_reg4", _specs.DINOV2_VITB14_REG4_TOKENS)]:
+                                ("image_dinov2_vitb14_reg4", _specs.DINOV2_VITB14_REG4_TOKENS),
+                                ("dinov2_vitb14_lopa", _specs.DINOV2_VITB14_LOPA)]:
         yaml = OmegaConf.to_container(OmegaConf.load(REPO / f"conf/backbone/{yaml_name}.yaml"))
         yaml.pop("pretrained")
         assert {k: zoo_spec[k] for k in yaml} == yaml, yaml_name

@@ -17,6 +17,7 @@ from aggzoo.registry import build_model
 __all__ = [
     "DINOV2_VITB14",
     "DINOV2_VITB14_BLOCKS",
+    "DINOV2_VITB14_LOPA",
     "DINOV2_VITB14_REG4_TOKENS",
     "EFFICIENTNET_LITE0",
     "EFFICIENTNET_LITE0_MULTILEVEL",
@@ -30,6 +31,7 @@ __all__ = [
 
 _TIMM_BACKBONE = "aggzoo.models.backbones.timm_backbone.TimmBackbone"
 _TOKEN_VIT = "aggzoo.models.backbones.aggregation_tokens.AggregationTokenViT"
+_LOPA_VIT = "aggzoo.models.backbones.lopa.LoPAViT"
 
 #: DINOv2 models are built for 322 x 322 inputs (23 x 23 patches), the evaluation size of SALAD,
 #: BoQ, ImAge and EDTformer; official checkpoints' 37 x 37 position embeddings are resampled to it
@@ -62,6 +64,11 @@ DINOV2_VITB14 = backbone(
 )
 # DINOv2 ViT-B/14 without the final norm, last 2 blocks trainable (BoQ reads the raw block output).
 DINOV2_VITB14_BLOCKS = dict(DINOV2_VITB14, frozen_stages=10, final_norm=False)
+# DINOv2 ViT-B/14, frozen, with EDTformer's parallel low-rank adapters (r = 4) beside its blocks.
+DINOV2_VITB14_LOPA = backbone(
+    "vit_base_patch14_dinov2", target=_LOPA_VIT, adapter_dim=4, adapter_scale=0.5, frozen_stages=None,
+    img_size=DINOV2_EVAL_SIZE, dynamic_img_size=True,
+)
 # DINOv2 ViT-B/14 with 4 registers and 8 aggregation tokens before block 8 (ImAge).
 DINOV2_VITB14_REG4_TOKENS = backbone(
     "vit_base_patch14_reg4_dinov2", target=_TOKEN_VIT, num_tokens=8, insert_before_block=8,

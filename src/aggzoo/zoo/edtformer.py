@@ -1,10 +1,4 @@
-"""EDTformer on DINOv2 ViT-B/14 (final-normed tokens).
-
-No official weights are registered: the released ``EDTformer.pth`` (Tong-Jin01/EDTformer) also
-holds the paper's LoPA adapters (``backbone.adapters.{i}.D_fc{1,2}``, a parallel low-rank stream
-``y <- A_i(y + block_i(x))`` whose output replaces the blocks' output), and aggzoo has no backbone
-with those adapters yet, so the file cannot be loaded faithfully.
-"""
+"""EDTformer: DINOv2 ViT-B/14 with LoPA adapters + the efficient decoder head, and the authors' weights."""
 
 from __future__ import annotations
 
@@ -12,15 +6,34 @@ from typing import Any
 
 from torch import nn
 
-from aggzoo.registry import register_model
-from aggzoo.zoo._specs import DINOV2_VITB14, head, vpr
+from aggzoo.convert.edtformer import convert_edtformer
+from aggzoo.pretrained import PretrainedCfg
+from aggzoo.registry import register_model, register_pretrained
+from aggzoo.zoo._specs import DINOV2_EVAL_SIZE, DINOV2_VITB14_LOPA, head, vpr
 
 __all__ = ["edtformer_dinov2_vitb14"]
 
 
 @register_model
 def edtformer_dinov2_vitb14(**kwargs: Any) -> nn.Module:
-    """EDTformer (Q = 64 queries, 2 simplified decoder blocks, d = 256, R = 16) on DINOv2 ViT-B/14: 4096-D."""
+    """EDTformer: frozen DINOv2 ViT-B/14 with LoPA adapters (r = 4), then Q = 64 queries through 2 simplified
+    decoder blocks, d = 256, R = 16: 4096-D."""
     spec = head("edtformer.EDTformer", num_queries=64, num_layers=2, num_heads=16, out_channels=256, out_rows=16,
                 dropout=0.1)
-    return vpr(DINOV2_VITB14, spec, **kwargs)
+    return vpr(DINOV2_VITB14_LOPA, spec, **kwargs)
+
+
+register_pretrained("edtformer_dinov2_vitb14.official", PretrainedCfg(
+    url="https://github.com/Tong-Jin01/EDTformer/releases/download/v1.0.0/EDTformer.pth",
+    download_page="https://drive.google.com/file/d/1T7qmq1NtA8NgN8uLrrgsckxMLX_nWDJb/view",
+    filename="EDTformer.pth",
+    remap=convert_edtformer,
+    input_size=(3, DINOV2_EVAL_SIZE, DINOV2_EVAL_SIZE), interpolation="bicubic", out_dim=4096,
+    recipe="Tong-Jin01/EDTformer train.py: GSV-Cities, DINOv2 frozen, LoPA adapters and decoder trained",
+    license="MIT (Tong-Jin01/EDTformer)",
+    paper="EDTformer: An Efficient Decoder Transformer for Visual Place Recognition (Jin et al., IEEE TCSVT "
+          "2025), arXiv:2412.00784",
+    code="https://github.com/Tong-Jin01/EDTformer",
+    notes="Evaluated at 322x322 (parser.py --resize default). Checkpoint: {'model_state_dict'} with 'module.' "
+          "prefixes (DataParallel). No published figure is recorded in REFERENCE.md.",
+))
