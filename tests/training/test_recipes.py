@@ -23,7 +23,7 @@ RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem 
 #: recipe -> its row label in REFERENCE.md section 3 (recipes without a row there: None)
 TABLE_ROW = {"convap_resnet50": "ConvAP R50", "mixvpr_resnet50": "MixVPR R50", "salad_dinov2": "SALAD DINOv2",
              "boq_dinov2": "BoQ DINOv2", "image_dinov2": "ImAge", "boq_resnet50": None,
-             "cosplace_resnet50": None, "netvlad_resnet50": None}
+             "cosplace_resnet50": None, "netvlad_resnet50": None, "edtformer_dinov2": None}
 #: recipe -> its row label in REFERENCE.md section 5 (descriptor size in parentheses)
 RESULT_ROW = {"convap_resnet50": "ResNet50-ConvAP", "mixvpr_resnet50": "ResNet50-MixVPR",
               "salad_dinov2": "DINOv2-SALAD", "boq_dinov2": "DINOv2-BoQ", "boq_resnet50": "ResNet50-BoQ",
@@ -107,10 +107,14 @@ def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> Non
         trainable = {n.split(".")[1] for n, p in model.backbone.named_parameters() if p.requires_grad}
         assert "layer1" in frozen and "layer3" in trainable and not frozen & trainable
         assert ("layer2" in trainable) == (recipe == "boq_resnet50")  # BoQ unfreezes 2 of the cropped stages
-    else:  # DINOv2: SALAD trains the last 4 blocks + final norm, BoQ the last 2 without it, ImAge 8-11
-        expected = {"salad_dinov2": 4, "boq_dinov2": 2, "image_dinov2": 4}[recipe]
+    else:  # DINOv2: SALAD trains the last 4 blocks + final norm, BoQ the last 2 without it, ImAge 8-11,
+        # EDTformer none (its LoPA adapters beside the frozen ViT train instead)
+        expected = {"salad_dinov2": 4, "boq_dinov2": 2, "image_dinov2": 4, "edtformer_dinov2": 0}[recipe]
         assert _trainable_blocks(model) == expected
         assert cfg.backbone.get("final_norm", True) == (recipe != "boq_dinov2")
+        if recipe == "edtformer_dinov2":
+            trainable = {n.split(".")[0] for n, p in model.backbone.named_parameters() if p.requires_grad}
+            assert trainable == {"adapters"} and model.out_dim == 4096
 
 
 #: tiny stand-ins per backbone family (the recipe keeps its head, optimiser, schedule and augmentation)
