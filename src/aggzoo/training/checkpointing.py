@@ -38,6 +38,12 @@ class RunCheckpoint(ModelCheckpoint):
     final state. The top-k checkpoints are chosen as before.
     """
 
+    @property
+    def state_key(self) -> str:
+        # Lightning files a callback's state under its class name: keep ModelCheckpoint's, so that runs
+        # checkpointed before this class existed resume with their best-model bookkeeping.
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
         if self._should_save_on_train_epoch_end(trainer):
