@@ -152,4 +152,5 @@ def test_last_ckpt_is_the_final_state_even_when_the_monitored_metric_stops_impro
     assert last["global_step"] == (6 if callback is RunCheckpoint else 2)
     # Both file their state under ModelCheckpoint's key, so either resumes the other's runs.
     (key,) = [k for k in last["callbacks"] if "Checkpoint" in k]
-    assert key.startswith("ModelCheckpoint{") and last["callbacks"][key]["best_model_path"] == checkpoints.best_model_path
+    assert key.startswith("ModelCheckpoint{")
+    assert last["callbacks"][key]["best_model_path"] == checkpoints.best_model_path
