@@ -40,6 +40,8 @@ def test_train_writes_checkpoints_logs_and_results(trained: tuple[dict, Path]) -
     assert list(out.glob("csv/*/metrics.csv"))
     rows = json.loads((out / "test_results.json").read_text())["results"]
     assert len(rows) == 3  # pooling baseline, untrained model, trained model, on synthetic_test
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert (summary["head"], summary["head_class"]) == ("netvlad", "NetVLAD")  # the conf/head choice, the class
     trained_row = result["test"][0]
     assert trained_row.num_queries == 24 and set(trained_row.recalls) == {1, 5, 10, 20}
     assert 0.0 <= trained_row.recalls[1] <= trained_row.recalls[5] <= trained_row.recalls[20] <= 1.0

@@ -210,14 +210,18 @@ def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.
     from hydra.core.hydra_config import HydraConfig
 
     overrides: list[str] = []
+    choices: dict[str, Any] = {}
     if HydraConfig.initialized():
         overrides = list(HydraConfig.get().overrides.task)
+        choices = dict(HydraConfig.get().runtime.choices)
+    head_class = str(cfg.head.get("_target_", "")).rsplit(".", 1)[-1]
     timing = timer.summary()
     images_per_step = int(cfg.data.places_per_batch) * int(getattr(trainer.datamodule.train_dataset, "img_per_place", 1))
     summary = {
         "overrides": overrides,
         "backbone": cfg.backbone.get("model_name", cfg.backbone.get("_target_")),
-        "head": str(cfg.head.get("_target_", "")).rsplit(".", 1)[-1],
+        # the conf/head choice (afa and ida are both MultiLevel), else the class
+        "head": choices.get("head") or head_class, "head_class": head_class,
         "descriptor_dim": int(model.out_dim),
         "params": sum(p.numel() for p in model.parameters()),
         "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),

@@ -37,7 +37,8 @@ def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, ca
     assert gem["status"] == avg["status"] == "done"
     assert mixvpr["status"].startswith("failed: cannot start training: head MixVPR cannot aggregate")
     assert (sweep_dir / "1" / "run_error.txt").read_text().startswith(mixvpr["status"].removeprefix("failed: "))
-    assert (gem["head"], avg["head"]) == ("GeM", "AvgPool")
+    assert (gem["head"], avg["head"]) == ("gem", "avgpool")  # the conf/head names the sweep used
+    assert (gem["head_class"], avg["head_class"]) == ("GeM", "AvgPool")
     assert gem["descriptor_dim"] == avg["descriptor_dim"] == 192  # test_resnet layer3 channels
     assert gem["trainable_params"] == avg["trainable_params"] + 1  # GeM's p
     assert gem["global_step"] == avg["global_step"] == 3 and gem["seconds_per_step"] > 0
