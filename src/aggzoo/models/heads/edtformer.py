@@ -3,8 +3,8 @@
 T. Jin, F. Lu, S. Hu, C. Yuan, Y. Liu, "EDTformer: An Efficient Decoder Transformer for Visual
 Place Recognition", IEEE TCSVT 2025, arXiv:2412.00784. Original code: Tong-Jin01/EDTformer
 ``network.py`` and ``SACA.py`` (MIT); re-implemented from the paper, with defaults and
-state-dict names checked against that code. The paper's LoPA backbone adapters belong to the
-backbone, not to this head.
+state-dict names checked against that code. The paper's LoPA adapters belong to the backbone, not
+to this head: :class:`aggzoo.models.backbones.lopa.LoPAViT` (``backbone=dinov2_vitb14_lopa``).
 
 With ``C`` token channels, ``Q`` queries, ``L`` decoder blocks, ``d`` output channels and ``R``
 output rows:
