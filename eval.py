@@ -16,8 +16,11 @@ os.environ.setdefault("AGGZOO_ROOT", os.getcwd())
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 def main(cfg: DictConfig) -> None:
     from aggzoo.pipeline import evaluate
+    from aggzoo.training.sweep import keep_sweeping
 
-    with reported_user_errors():  # a user's mistake prints one 'error: ...' line, exit status 2
+    # A user's mistake prints one 'error: ...' line, exit status 2; in a multirun (-m) a failed job is
+    # recorded and the sweep goes on, then ends with its table (conf/eval.yaml: hydra.callbacks).
+    with reported_user_errors(), keep_sweeping():
         evaluate(cfg)
 
 

@@ -1,4 +1,4 @@
-"""Collect training runs (a sweep's folder, or any folder of runs) into one comparison table.
+"""Collect runs (a sweep's folder, or any folder of runs) into one comparison table.
 
     python train.py -m head=gem,netvlad,convap trainer.max_epochs=3
     python -m aggzoo.training.collect_runs logs/train/multiruns/<date>   [--format md|csv|json] [--sort R@1]
@@ -6,8 +6,9 @@
 Every run folder holding a ``run_summary.json`` (written by :func:`aggzoo.pipeline.train`) becomes one
 row: what the sweep changed (its Hydra overrides), head, descriptor size, parameters, seconds and
 images per training step, and Recall@k of the trained model on each test benchmark, with the R@1 of
-the same model untrained and of global average pooling over the untrained backbone. Folders of runs
-that failed or are still running are listed with no metrics.
+the same model untrained and of global average pooling over the untrained backbone. An ``eval.py``
+run (its ``results.json``) gives its overrides and Recall@k. Folders of runs that failed or are still
+running are listed with no metrics; columns no run fills are left out.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 __all__ = ["collect_runs", "common_overrides", "format_runs", "main"]
 
 SUMMARY_FILE = "run_summary.json"
+#: what ``eval.py`` writes (``aggzoo.pipeline.evaluate``): its runs are listed with their Recall@k
+EVAL_RESULTS_FILE = "results.json"
 #: written by :func:`aggzoo.training.sweep.keep_sweeping` when a sweep job fails: reason, blank line, traceback
 ERROR_FILE = "run_error.txt"
 
@@ -33,6 +36,14 @@ def common_overrides(runs: list[dict[str, Any]]) -> set[str]:
     # What every run shares is the sweep's fixed part; a lone run shows all its overrides.
     sets = [set(r.get("overrides", [])) for r in runs if r.get("overrides") is not None]
     return set.intersection(*sets) if len(sets) > 1 else set()
+
+
+def _overrides(folder: Path) -> list[str]:
+    """The command-line overrides Hydra recorded for the run in ``folder``."""
+    path = folder / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return []
+    return [line[2:].strip() for line in path.read_text().splitlines() if line.startswith("- ")]
 
 
 def _natural_order(folder: Path) -> list[Any]:
@@ -58,10 +69,13 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
         if summary_path.is_file():
             entry.update(json.loads(summary_path.read_text()))
             entry["status"] = "done"
+        elif (folder / EVAL_RESULTS_FILE).is_file():  # an eval.py run: its Recall@k per benchmark
+            results = json.loads((folder / EVAL_RESULTS_FILE).read_text())["results"]
+            entry["overrides"] = _overrides(folder)
+            entry["test"] = {"trained": {r["name"]: r["recalls"] for r in results}}
+            entry["status"] = "done"
         else:
-            overrides = folder / ".hydra" / "overrides.yaml"
-            entry["overrides"] = [line[2:].strip() for line in overrides.read_text().splitlines()
-                                  if line.startswith("- ")] if overrides.is_file() else []
+            entry["overrides"] = _overrides(folder)
             error = folder / ERROR_FILE
             entry["status"] = (f"failed: {error.read_text().splitlines()[0][:300]}" if error.is_file()
                                else "no summary (failed, killed or running)")
@@ -107,11 +121,17 @@ def _percent(value: Any) -> Any:
     return None if value is None else round(100.0 * float(value), 2)
 
 
+_ALWAYS = ("run", "changes", "status")
+
+
 def format_runs(runs: list[dict[str, Any]], *, fmt: str = "md", ks: Sequence[int] = (1, 5, 10),
                 sort: str | None = None) -> str:
     """The comparison table as Markdown (``md``), ``csv`` or ``json``. ``sort``: a column name
     (``"R@1"`` sorts by the first benchmark's R@1), largest first."""
     header, rows = _rows(runs, ks)
+    # A column no run fills (the baselines of eval.py runs, a benchmark's R@20 nobody computed) is left out.
+    keep = [i for i, name in enumerate(header) if name in _ALWAYS or any(row[i] is not None for row in rows)]
+    header, rows = [header[i] for i in keep], [[row[i] for i in keep] for row in rows]
     if sort:
         column = next((i for i, h in enumerate(header) if h == sort or h.endswith(" " + sort)), None)
         if column is None:

@@ -1,14 +1,16 @@
-"""Hydra multiruns of ``train.py``: every job runs, and the sweep ends with its comparison table.
+"""Hydra multiruns of ``train.py`` and ``eval.py``: every job runs, and the sweep ends with its table.
 
     python train.py -m head=gem,netvlad,boq trainer.max_epochs=3
+    python eval.py -m ckpt_path=a.ckpt,b.ckpt benchmark=[pitts30k_test,msls_val]
 
 - :func:`keep_sweeping` wraps a multirun job: a job that fails (a user error or a bug) is logged,
   recorded as ``run_error.txt`` in its folder, and the sweep goes on to the next job instead of
   stopping at the first failure (Hydra's basic sweeper would raise only after the batch, and a
   user error's ``SystemExit`` would end the whole sweep at once).
-- :class:`SweepSummary`, a Hydra callback (``hydra.callbacks`` in ``conf/train.yaml``), prints the
-  table of :func:`aggzoo.training.collect_runs.format_runs` when the sweep ends, writes it to
-  ``<sweep dir>/sweep_results.md``, and exits with status 1 when any job failed.
+- :class:`SweepSummary`, a Hydra callback (``hydra.callbacks`` in ``conf/train.yaml`` and
+  ``conf/eval.yaml``), prints the table of :func:`aggzoo.training.collect_runs.format_runs` when the
+  sweep ends, writes it to ``<sweep dir>/sweep_results.md``, and exits with status 1 when any job
+  failed.
 
 Outside a multirun both do nothing: a single run fails as it always does.
 """
