@@ -90,11 +90,31 @@ def _saved_tensors(fn) -> int:
     return count
 
 
-def test_gradient_checkpointing_gives_the_same_gradients_and_stores_less() -> None:
+def _image_tokens() -> VPRModel:
+    """ImAge: tokens inserted before block 2 of 6 (blocks 0-1 frozen); its own loop over the blocks."""
+    from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
+    from aggzoo.models.heads.image_tokens import ImAgeTokens
+
+    torch.manual_seed(0)
+    backbone = AggregationTokenViT("test_vit", num_tokens=4, insert_before_block=2, dynamic_img_size=True)
+    return VPRModel(backbone, functools.partial(ImAgeTokens, num_tokens=4))
+
+
+def _lopa() -> VPRModel:
+    """LoPA adapters beside a ViT whose last 4 blocks train (an integer frozen_stages); its own loop too."""
+    from aggzoo.models.backbones.lopa import LoPAViT
+
+    torch.manual_seed(0)
+    return VPRModel(LoPAViT("test_vit", frozen_stages=2, dynamic_img_size=True), functools.partial(GeM))
+
+
+@pytest.mark.parametrize("build", [functools.partial(_vit, frozen=2), _image_tokens, _lopa],
+                         ids=["vit", "image", "lopa"])
+def test_gradient_checkpointing_gives_the_same_gradients_and_stores_less(build) -> None:
     images, labels = _batch(4)
     results = []
     for checkpointing in (False, True):
-        model = _vit(frozen=2)
+        model = build()
         if checkpointing:
             assert enable_gradient_checkpointing(model)
         out = {}

@@ -124,13 +124,13 @@ class AggregationTokenViT(TimmBackbone):
         with torch.set_grad_enabled(torch.is_grad_enabled() and any(p.requires_grad for p in frozen_params)):
             x = self.embed_tokens(images)
             for block in frozen:
-                x = block(x)
+                x = self.run_block(block, x)
         num_tokens = 0
         if insert_tokens:
             num_tokens = self.num_tokens
             x = torch.cat([self.aggregation_tokens.expand(batch, -1, -1).to(x.dtype), x], dim=1)
         for block in model.blocks[self.insert_before_block:]:
-            x = block(x)
+            x = self.run_block(block, x)
         x = model.norm(x)
         patch_map = self.patch_map(x, (height, width), start=num_tokens + model.num_prefix_tokens)
         cls = x[:, num_tokens] if getattr(model, "cls_token", None) is not None else None

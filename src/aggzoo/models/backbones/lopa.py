@@ -83,7 +83,7 @@ class LoPAViT(TimmBackbone):
         tokens = self.embed_tokens(x)
         stream = tokens
         for block, adapter in zip(self.model.blocks, self.adapters, strict=True):
-            tokens = block(tokens)
+            tokens = self.run_block(block, tokens)
             stream = adapter(stream + tokens)
         out = self.model.norm(stream)
         return Features(maps=(self.patch_map(out, image_size),), cls=out[:, 0])

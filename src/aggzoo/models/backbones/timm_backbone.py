@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import timm
+import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from aggzoo.models.features import Features
 
@@ -140,6 +142,16 @@ class TimmBackbone(nn.Module):
         x = model._pos_embed(x)
         x = model.patch_drop(x)
         return model.norm_pre(x)
+
+    def run_block(self, block: nn.Module, tokens: Tensor) -> Tensor:
+        """One ViT block on ``tokens``, for backbones that loop over the blocks themselves. With timm's
+        gradient checkpointing on (``set_grad_checkpointing``, ``model.gradient_checkpointing=true``) a
+        block that will receive gradients is recomputed in backward instead of storing its activations,
+        as timm's own forward does."""
+        if (getattr(self.model, "grad_checkpointing", False) and torch.is_grad_enabled()
+                and (tokens.requires_grad or any(p.requires_grad for p in block.parameters()))):
+            return checkpoint(block, tokens, use_reentrant=False)
+        return block(tokens)
 
     def patch_map(self, tokens: Tensor, image_size: tuple[int, int], start: int | None = None) -> Tensor:
         """ViTs: the patch tokens of ``tokens [B, start + n, C]`` as a ``[B, C, H/p, W/p]`` map (row-major
