@@ -31,31 +31,23 @@ from __future__ import annotations
 
 import argparse
 import resource
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from _timing import median_seconds  # noqa: E402
+
 from aggzoo.evaluation.retrieval import build_index, recall_at_k, search  # noqa: E402
 
 K = 10
 #: rows sampled to train IVF/PQ indexes (PQ's cost stops growing with N here)
 TRAIN_ROWS = 10_000
-
-
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 # ------------------------------------------------------------------------------------------- extraction
@@ -84,12 +76,13 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
         batch = torch.rand(batch_size, 3, image_size, image_size)
         with torch.inference_mode():
             model(batch)  # warm-up
-            forward = median_time(lambda: [model(batch) for _ in range(max(1, num_images // batch_size))], repeats)
-        forward_rate = batch_size * max(1, num_images // batch_size) / forward
+            steps = max(1, num_images // batch_size)
+            forward = median_seconds(lambda: [model(batch) for _ in range(steps)], repeats, warmup=False)
+        forward_rate = batch_size * steps / forward
         rows.append(("forward only (decoded tensors)", forward_rate, 1.0))
         for workers in (0, 2):
-            seconds = median_time(lambda: extract_descriptors(model, paths, transform, batch_size=batch_size,
-                                                              num_workers=workers), repeats)
+            seconds = median_seconds(lambda: extract_descriptors(model, paths, transform, batch_size=batch_size,
+                                                                 num_workers=workers), repeats, warmup=False)
             rate = num_images / seconds
             rows.append((f"extract_descriptors, {workers} workers", rate, rate / forward_rate))
     out = [f"Extraction: {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs "
@@ -167,7 +160,7 @@ def search_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, inde
                 built = build_index(stored, index=spec, search_params=params, train_size=TRAIN_ROWS)
                 build_s = time.perf_counter() - start
                 predictions = search(stored, q, K, index=built)
-                seconds = median_time(lambda: search(stored, q, K, index=built), repeats)
+                seconds = median_seconds(lambda: search(stored, q, K, index=built), repeats, warmup=False)
                 ms = 1000 * seconds / n_queries
                 recalls = recall_at_k(predictions, positives, (1, K))
                 if name == "Flat":

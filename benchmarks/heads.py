@@ -31,9 +31,7 @@ so a comparison script outside the repository can time the authors' modules the 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +40,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from _timing import median_seconds
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from torch import Tensor, nn
@@ -100,13 +99,7 @@ def is_multilevel(config: Path) -> bool:
 
 
 def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up: allocator, oneDNN primitive caches
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return 1000 * median_seconds(fn, repeats)
 
 
 def peak_mib(fn: Callable[[], Any]) -> float:

@@ -13,31 +13,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import timm
 import torch
+from _timing import median_seconds
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from PIL import Image
 
 from aggzoo.data.image_policy import scan_images
 from aggzoo.data.images import read_rgb
 from aggzoo.training.safe_save import atomic_save
-
-
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def guard_check(model: torch.nn.Module) -> bool:
@@ -57,8 +45,8 @@ def bench_guard(repeats: int) -> None:
             model.zero_grad(set_to_none=True)
             model(images).square().mean().backward()
 
-        step_s = median_time(step, repeats)
-        check_s = median_time(lambda: guard_check(model), repeats)
+        step_s = median_seconds(step, repeats)
+        check_s = median_seconds(lambda: guard_check(model), repeats)
         print(f"{name:<12}{1e3 * step_s:>12.1f}{1e3 * check_s:>10.2f}{check_s / step_s:>8.3f}")
 
 
@@ -70,9 +58,9 @@ def bench_scans(num_images: int, repeats: int) -> None:
             path = Path(folder) / f"{i}.jpg"
             Image.fromarray(np.random.default_rng(i).integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(path, quality=90)
             paths.append(path)
-        plain = median_time(lambda: [read_rgb(p) for p in paths], repeats) / num_images
-        header = median_time(lambda: scan_images(paths, full=False), repeats) / num_images
-        full = median_time(lambda: scan_images(paths, full=True), repeats) / num_images
+        plain = median_seconds(lambda: [read_rgb(p) for p in paths], repeats) / num_images
+        header = median_seconds(lambda: scan_images(paths, full=False), repeats) / num_images
+        full = median_seconds(lambda: scan_images(paths, full=True), repeats) / num_images
     print(f"{'check':<28}{'ms / image':>12}{'vs read':>9}")
     for label, value in (("read_rgb (what loaders do)", plain), ("header scan", header), ("full scan", full)):
         print(f"{label:<28}{1e3 * value:>12.3f}{value / plain:>9.3f}")
@@ -86,9 +74,9 @@ def bench_save(repeats: int) -> None:
     lightning_io = TorchCheckpointIO()
     with tempfile.TemporaryDirectory() as folder:
         target = Path(folder) / "last.ckpt"
-        bare = median_time(lambda: torch.save(checkpoint, target), repeats)
-        ours = median_time(lambda: atomic_save(checkpoint, target), repeats)
-        theirs = median_time(lambda: lightning_io.save_checkpoint(checkpoint, target), repeats)
+        bare = median_seconds(lambda: torch.save(checkpoint, target), repeats)
+        ours = median_seconds(lambda: atomic_save(checkpoint, target), repeats)
+        theirs = median_seconds(lambda: lightning_io.save_checkpoint(checkpoint, target), repeats)
     print(f"{'writer':<44}{'s':>8}{'vs torch.save':>15}")
     for label, value in (("torch.save (not atomic)", bare), ("atomic_save (temp in folder, fsync, rename)", ours),
                          ("Lightning TorchCheckpointIO", theirs)):

@@ -40,15 +40,12 @@ from typing import Any
 
 import lightning.pytorch as L
 import torch
-from hydra import compose, initialize_config_dir
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.loggers import CSVLogger
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 import aggzoo  # noqa: F401  (quiet albumentations)
-from aggzoo.pipeline import build_training
+from aggzoo.pipeline import build_training, compose_run_config
 from aggzoo.training.timing import StepTimer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,18 +58,6 @@ CONFIGS: dict[str, list[str]] = {
                         "data.eval_image_size=[320,320]", "optimizer=sgd", "optimizer.lr=0.05",
                         "scheduler=warmup_multistep", "scheduler.warmup_steps=650"],
 }
-
-
-def compose_config(overrides: list[str], out_dir: Path) -> DictConfig:
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out_dir)
-        cfg.paths.root_dir = str(REPO)
-        del cfg.hydra
-    return cfg
 
 
 def time_data(cfg: DictConfig, steps: int) -> float:
@@ -152,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides = list(CONFIGS[name]) + ["logger=csv_only"]
             if name == "default" and args.places:
                 overrides.append(f"data.places_per_batch={args.places}")
-            cfg = compose_config(overrides, Path(tmp) / name)
+            cfg = compose_run_config(REPO / "conf", "train", overrides, Path(tmp) / name)
             images_per_step = int(cfg.data.places_per_batch) * int(cfg.data.train.img_per_place)
             data_ips = max(time_data(cfg, args.steps) for _ in range(args.repeats))
             plain: list[float] = []

@@ -9,7 +9,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,8 +35,8 @@ from aggzoo.training.module import VPRLightningModule
 from aggzoo.training.timing import StepTimer
 from aggzoo.validation import build_model_checked, result_notes
 
-__all__ = ["build_model", "build_training", "load_benchmarks", "train", "evaluate", "model_from_checkpoint",
-           "TrainingParts"]
+__all__ = ["build_model", "build_training", "compose_run_config", "load_benchmarks", "train", "evaluate",
+           "model_from_checkpoint", "TrainingParts"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,30 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
         gradient_checkpointing=options.get("gradient_checkpointing", False),
         compile=OmegaConf.to_container(compile_option) if isinstance(compile_option, DictConfig) else bool(compile_option))
     return TrainingParts(model, module, datamodule, test_sets, test_transform)
+
+
+def compose_run_config(config_dir: str | Path, name: str, overrides: Sequence[str],
+                       output_dir: str | Path) -> DictConfig:
+    """``<config_dir>/<name>.yaml`` with ``overrides``, composed as ``@hydra.main`` does, for calling
+    :func:`train` / :func:`evaluate` from Python (tests, benchmarks, notebooks).
+
+    ``${hydra:...}`` interpolations resolve as in a run; the run folder is ``output_dir`` and
+    ``paths.root_dir`` the folder that holds ``config_dir``; the ``hydra`` node is then dropped.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    config_dir = Path(config_dir).resolve()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(config_dir), version_base="1.3"):
+        cfg = compose(name, overrides=list(overrides), return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        cfg.paths.root_dir = str(config_dir.parent)
+        del cfg.hydra
+    return cfg
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:

@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
+
+from aggzoo.pipeline import compose_run_config
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -24,15 +23,7 @@ TINY = ["synthetic=tiny", "backbone=test_resnet", "data.image_size=[48,64]", "da
 
 def compose_train(overrides: list[str], out_dir: Path, *, name: str = "train") -> DictConfig:
     """The composed ``train.yaml`` (or ``eval.yaml``) with its output folder set to ``out_dir``."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose(name, overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out_dir)
-        cfg.paths.root_dir = str(REPO)
-        del cfg.hydra
-    return cfg
+    return compose_run_config(CONF, name, overrides, out_dir)
 
 
 def train_py(args: list[str], data_root: Path, *, timeout: float = 240,
