@@ -236,8 +236,9 @@ def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.
     overrides: list[str] = []
     choices: dict[str, Any] = {}
     if HydraConfig.initialized():
-        overrides = list(HydraConfig.get().overrides.task)
-        choices = dict(HydraConfig.get().runtime.choices)
+        hydra_cfg = HydraConfig.get()
+        overrides = list(hydra_cfg.overrides.task)
+        choices = dict(hydra_cfg.runtime.choices)
     head_class = str(cfg.head.get("_target_", "")).rsplit(".", 1)[-1]
     timing = timer.summary()
     images_per_step = int(cfg.data.places_per_batch) * int(getattr(trainer.datamodule.train_dataset, "img_per_place", 1))

@@ -4,7 +4,6 @@ with the comparison table that the collect command also prints."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -108,16 +107,9 @@ def test_a_bug_in_a_sweep_job_is_recorded_with_its_traceback_and_propagates_in_a
 
 def test_an_eval_sweep_lists_each_run_with_its_recall_and_keeps_going(tiny_data, tmp_path: Path) -> None:
     """``python eval.py -m``: untrained GeM and average pooling, and MixVPR, which fails on these maps."""
-    import subprocess
-    import sys
-
-    from train_helpers import REPO
-
-    env = {k: v for k, v in os.environ.items() if k != "AGGZOO_ROOT"}
-    env.update(AGGZOO_DATA=str(tiny_data.root), NO_ALBUMENTATIONS_UPDATE="1", HYDRA_FULL_ERROR="1")
-    sweep = subprocess.run([sys.executable, str(REPO / "eval.py"), "-m", "head=gem,mixvpr,avgpool", "synthetic=tiny",
-                            "backbone=test_resnet", "backbone.pretrained=false", "image_size=[48,64]"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    sweep = train_py(["-m", "head=gem,mixvpr,avgpool", "synthetic=tiny", "backbone=test_resnet",
+                      "backbone.pretrained=false", "image_size=[48,64]"], tiny_data.root, launch_dir=tmp_path,
+                     script="eval.py", timeout=300)
     assert sweep.returncode == 1, sweep.stderr[-3000:]
     assert "1 of 3 sweep runs did not finish: run 1 (head=mixvpr)" in sweep.stderr
     (sweep_dir,) = (tmp_path / "logs" / "eval" / "multiruns").iterdir()

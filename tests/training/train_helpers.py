@@ -26,16 +26,17 @@ def compose_train(overrides: list[str], out_dir: Path, *, name: str = "train") -
     return compose_run_config(CONF, name, overrides, out_dir)
 
 
-def train_py(args: list[str], data_root: Path, *, timeout: float = 240,
-             launch_dir: Path | None = None) -> subprocess.CompletedProcess:
-    """``python train.py <args>`` with the test data folder, output captured. By default it runs in the
-    repository with ``AGGZOO_ROOT`` set; with ``launch_dir`` it runs there, ``AGGZOO_ROOT`` unset, as a
-    user's plain command does (paths.root_dir is then that folder)."""
+def train_py(args: list[str], data_root: Path, *, timeout: float = 240, launch_dir: Path | None = None,
+             script: str = "train.py") -> subprocess.CompletedProcess:
+    """``python train.py <args>`` (or another entry point, ``script="eval.py"``) with the test data
+    folder, output captured. By default it runs in the repository with ``AGGZOO_ROOT`` set; with
+    ``launch_dir`` it runs there, ``AGGZOO_ROOT`` unset, as a user's plain command does
+    (paths.root_dir is then that folder)."""
     env = dict(os.environ, AGGZOO_DATA=str(data_root), AGGZOO_ROOT=str(REPO), NO_ALBUMENTATIONS_UPDATE="1",
                PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
     if launch_dir is not None:
         del env["AGGZOO_ROOT"]
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=launch_dir or REPO, env=env,
+    return subprocess.run([sys.executable, str(REPO / script), *args], cwd=launch_dir or REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
