@@ -27,6 +27,7 @@ from torch import nn
 
 from aggzoo.data.image_policy import scan_images
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.models.modes import evaluating
 
 __all__ = [
     "PreflightError",
@@ -138,9 +139,7 @@ def model_problems(model: nn.Module, image_size: Sequence[int], key: str) -> lis
     where = f"{height}x{width} images ({key})"
     device = next(iter(model.parameters()), torch.empty(0)).device
     images = torch.randn(2, 3, height, width, generator=torch.Generator().manual_seed(0)).to(device)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         try:
             features = backbone(images)
         except Exception as err:  # noqa: BLE001 - any failure is reported with its context
@@ -158,8 +157,6 @@ def model_problems(model: nn.Module, image_size: Sequence[int], key: str) -> lis
         except Exception as err:  # noqa: BLE001
             return [f"head {type(head).__name__} cannot aggregate backbone {_name(backbone)}'s output at {where}; "
                     f"the backbone gives {produced}. {_one_line(err)}"]
-    finally:
-        model.train(was_training)
     out_dim = getattr(model, "out_dim", descriptors.shape[-1])
     if tuple(descriptors.shape) != (2, out_dim):
         return [f"{_name(backbone)} + {type(head).__name__} returned descriptors of shape "

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
+from aggzoo.models.modes import evaluating
 
 try:  # FAISS is an optional dependency (extras cpu / gpu); torch covers exact search without it.
     import faiss
@@ -92,15 +93,14 @@ def extract_descriptors(
     """
     home = _model_device(model)
     device = torch.device(device) if device is not None else home
-    was_training = model.training
     loader = DataLoader(
         ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers,
         pin_memory=device.type == "cuda", persistent_workers=False,
     )
     out: np.ndarray | None = None
-    model.to(device).eval()
+    model.to(device)
     try:
-        with torch.inference_mode():
+        with evaluating(model), torch.inference_mode():
             for images, indices in loader:
                 images = images.to(device, non_blocking=True)
                 with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -115,7 +115,6 @@ def extract_descriptors(
                 out[indices.numpy()] = descriptors.float().cpu().numpy().astype(dtype, copy=False)
     finally:
         model.to(home)
-        model.train(was_training)
     if out is None:
         raise ValueError("no images to extract descriptors from (empty path list)")
     return out

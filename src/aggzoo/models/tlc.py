@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from aggzoo.layers.attention import ChannelAttention, GlobalContextBlock
 from aggzoo.layers.local_pool import LocalAvgPool2d, LocalMaxPool2d, LocalSoftmaxPool2d, LocalWindow
+from aggzoo.models.modes import evaluating
 
 __all__ = ["convert_tlc", "local_windows", "TLC_RULES"]
 
@@ -294,14 +295,12 @@ def convert_tlc(
             device=param.device if param is not None else None,
             dtype=param.dtype if param is not None else None,
         )
-    was_training = model.training
     try:
-        model.eval()
-        model(example_input)
+        with evaluating(model):
+            model(example_input)
     finally:
         for hook in hooks:
             hook.remove()
-        model.train(was_training)
     unreached = sorted(set(windows) - set(seen))
     if unreached:
         raise ValueError(

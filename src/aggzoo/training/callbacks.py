@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aggzoo.models.modes import evaluating
+
 __all__ = ["HeadDataInit", "UntrainedBaseline", "sample_local_descriptors", "sample_pooled_embeddings", "kmeans",
            "data_init_targets", "pooled_init_targets"]
 
@@ -33,15 +35,11 @@ def sample_pooled_embeddings(model: nn.Module, loader: torch.utils.data.DataLoad
                              device: torch.device) -> list[Tensor]:
     """For each target, its ``pooled_embedding(backbone features)`` of every image: ``[N, D]`` each."""
     chunks: list[list[Tensor]] = [[] for _ in targets]
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         for images, _ in loader:
             features = model.backbone(images.to(device))
             for chunk, target in zip(chunks, targets, strict=True):
                 chunk.append(target.pooled_embedding(features).float().cpu())
-    finally:
-        model.train(was_training)
     return [torch.cat(chunk) for chunk in chunks]
 
 
@@ -52,9 +50,7 @@ def sample_local_descriptors(model: nn.Module, loader: torch.utils.data.DataLoad
     positions per image (all positions when the map is smaller)."""
     gen = torch.Generator().manual_seed(seed)
     chunks = []
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         for images, _ in loader:
             images = images.to(device)
             # A backbone may define which map its own k-means init reads (ImAge clusters the
@@ -65,8 +61,6 @@ def sample_local_descriptors(model: nn.Module, loader: torch.utils.data.DataLoad
             for feats in local:
                 take = torch.randperm(feats.shape[0], generator=gen)[: per_image]
                 chunks.append(feats[take])
-    finally:
-        model.train(was_training)
     return torch.cat(chunks)
 
 
