@@ -54,15 +54,19 @@ def _natural_order(folder: Path) -> list[Any]:
 def collect_runs(root: str | Path) -> list[dict[str, Any]]:
     """One dict per run folder under ``root`` (``root`` itself included), sorted by folder.
 
-    A run without a summary (failed, killed or still running) gets ``{"run": ..., "status": ...}``
-    only: it is a folder with a Hydra ``.hydra/`` config but no ``run_summary.json``.
+    A run folder holds a ``run_summary.json`` or a Hydra ``.hydra/config.yaml``. One without a summary
+    or eval results (failed, killed or still running) gets its overrides and a status only.
     """
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"{root}: no such folder (pass a sweep folder like logs/train/multiruns/<date>)")
     runs: list[dict[str, Any]] = []
-    summaries = {p.parent for p in root.rglob(SUMMARY_FILE)}
-    folders = {p.parent.parent for p in root.rglob(".hydra/config.yaml")} | summaries
+    folders = set()
+    for path in root.rglob("*"):  # one walk: run folders sit beside checkpoints and logs
+        if path.name == SUMMARY_FILE:
+            folders.add(path.parent)
+        elif path.name == "config.yaml" and path.parent.name == ".hydra" and path.parent != root:
+            folders.add(path.parent.parent)
     for folder in sorted(folders, key=_natural_order):
         entry: dict[str, Any] = {"run": str(folder.relative_to(root)) if folder != root else "."}
         summary_path = folder / SUMMARY_FILE
