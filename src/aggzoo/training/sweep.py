@@ -57,12 +57,11 @@ def keep_sweeping() -> Iterator[None]:
     message of a bug); a bug's traceback follows. ``KeyboardInterrupt`` still stops the sweep.
     """
     job_dir = _multirun_job_dir()
-    if job_dir is None:
-        yield
-        return
     try:
         yield
     except Exception as err:  # noqa: BLE001 - the point is to let the other jobs run
+        if job_dir is None:  # a single run fails as it always does
+            raise
         if isinstance(err, USER_ERRORS):
             reason, details = user_message(err), ""
             log.error("error: %s", reason)
@@ -76,7 +75,7 @@ def keep_sweeping() -> Iterator[None]:
 
 
 class SweepSummary(Callback):
-    """Hydra callback: the comparison table of a finished ``train.py`` multirun.
+    """Hydra callback: the comparison table of a finished ``train.py`` or ``eval.py`` multirun.
 
     Args:
         ks: Recall@k columns.
