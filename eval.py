@@ -6,8 +6,8 @@ import hydra
 from omegaconf import DictConfig
 
 import aggzoo  # noqa: F401  (sets NO_ALBUMENTATIONS_UPDATE before anything imports albumentations)
-import aggzoo.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
-from aggzoo.robustness import reported_user_errors
+import aggzoo.run.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
+from aggzoo.cli.reporting import reported_user_errors
 
 # paths.root_dir (conf/paths/default.yaml): the folder the job is launched from, unless set.
 os.environ.setdefault("AGGZOO_ROOT", os.getcwd())
@@ -15,8 +15,8 @@ os.environ.setdefault("AGGZOO_ROOT", os.getcwd())
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 def main(cfg: DictConfig) -> None:
-    from aggzoo.pipeline import evaluate
-    from aggzoo.training.sweep import keep_sweeping
+    from aggzoo.run.pipeline import evaluate
+    from aggzoo.run.sweep import keep_sweeping
 
     # A user's mistake prints one 'error: ...' line, exit status 2; in a multirun (-m) a failed job is
     # recorded and the sweep goes on, then ends with its table (conf/eval.yaml: hydra.callbacks).

@@ -1,7 +1,7 @@
 """torch.hub entry points: every registered aggzoo architecture and every ``<architecture>.<tag>``.
 
     import torch
-    model = torch.hub.load("<path to an aggzoo checkout>", "gem_efficientnet_lite0.nordland_mini",
+    model = torch.hub.load("<path to an aggzoo checkout>", "netvlad_efficientnet_lite0.nordland_mini",
                            source="local", pretrained=True)
     torch.hub.list("<checkout>", source="local")      # all names
 
@@ -19,7 +19,7 @@ _SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "src")
 if os.path.isdir(_SRC) and _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 
-from aggzoo.registry import create_model, list_models, list_pretrained, model_entrypoint  # noqa: E402
+from aggzoo.hub.factory import create_model, list_models, list_pretrained, model_entrypoint  # noqa: E402
 
 
 def _entry(name: str, pretrained_default: bool):

@@ -53,7 +53,7 @@ HEAD_CONFIGS = REPO / "conf" / "head"
 BATCH = 8
 
 #: heads whose paper configuration is DINOv2 ViT-B/14 (all others: ResNet-50 layer3)
-DINOV2_HEADS = frozenset({"salad", "salad544", "megaloc", "a2gc", "boq_dinov2", "edtformer", "qaa", "image_tokens"})
+DINOV2_HEADS = frozenset({"salad", "salad544", "megaloc", "a2gc", "boq_dinov2", "edtformer", "qaa", "image"})
 
 #: (channels, height, width) per level, fine -> coarse, and what else the backbone returns
 INPUTS: dict[str, dict[str, Any]] = {

@@ -25,7 +25,7 @@ from PIL import Image
 
 from aggzoo.data.image_policy import scan_images
 from aggzoo.data.images import read_rgb
-from aggzoo.training.safe_save import atomic_save
+from aggzoo.training.checkpointing import atomic_save
 
 
 def guard_check(model: torch.nn.Module) -> bool:

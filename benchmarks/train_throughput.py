@@ -3,7 +3,7 @@
     python benchmarks/train_throughput.py [--steps 8] [--repeats 3] [--configs default,resnet50_mixvpr]
 
 For each configuration the same objects are built from the Hydra config by
-:func:`aggzoo.pipeline.build_training` (model, loss, optimiser groups, LR schedule, P x K loader with
+:func:`aggzoo.run.pipeline.build_training` (model, loss, optimiser groups, LR schedule, P x K loader with
 its augmentation), then timed three ways on the CPU:
 
 - ``data``: the training loader alone (read, decode, augment, collate), images per second (best run);
@@ -45,7 +45,7 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig
 
 import aggzoo  # noqa: F401  (quiet albumentations)
-from aggzoo.pipeline import build_training, compose_run_config
+from aggzoo.run.pipeline import build_training, compose_run_config
 from aggzoo.training.timing import StepTimer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from aggzoo.pipeline import compose_run_config as _compose
+from aggzoo.run.pipeline import compose_run_config as _compose
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aggzoo.pipeline import evaluate, model_from_checkpoint, train
+import aggzoo
+from aggzoo.run.pipeline import evaluate, train
 from hydra_helpers import compose_run_config
 
 
@@ -57,5 +58,5 @@ def test_eval_rebuilds_the_checkpoint_and_reproduces_test_recall(
     results = evaluate(cfg)
     assert results[0].recalls == result["test"][0].recalls
     assert (tmp_path / "results.json").is_file()
-    model = model_from_checkpoint(best)
+    model = aggzoo.create_model(str(best))
     assert model.out_dim == 8 * model.backbone.out_channels

@@ -24,7 +24,7 @@ from official_layouts import (
 )
 
 import aggzoo
-from aggzoo.hub import StateDictMismatchError
+from aggzoo.errors import StateDictMismatchError
 
 DEPTH = 2
 GRID = 23  # 322 / 14

@@ -106,7 +106,7 @@ def test_netvlad_benchmark(tmp_path: Path) -> None:
 
 def test_a_conv5_checkpoint_is_not_silently_cut(tmp_path: Path) -> None:
     """A NetVLAD file of resnet50conv5 (layer4 present) must fail, naming layer4, not load partially."""
-    from aggzoo.hub import StateDictMismatchError
+    from aggzoo.errors import StateDictMismatchError
 
     aggregation = [("aggregation.centroids", (64, 2048)), ("aggregation.conv.weight", (64, 2048, 1, 1))]
     upstream = fill(prefixed("backbone.", torchvision_resnet(50, last_layer=4, sequential=True)) + aggregation)

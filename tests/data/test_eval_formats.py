@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.folder import EARTH_RADIUS_M, load_folder
 from aggzoo.data.msls import load_msls
 from aggzoo.data.npy_lists import load_npy_lists

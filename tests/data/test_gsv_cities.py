@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aggzoo.data.errors import DatasetLayoutError
+from aggzoo.errors import DatasetLayoutError
 from aggzoo.data.gsv_cities import GSVCitiesDataset
 from aggzoo.data.transforms import eval_transform
 

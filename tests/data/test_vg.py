@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.layout import positives_within_radius
 from aggzoo.data.vg import load_vg, utm_from_name
 

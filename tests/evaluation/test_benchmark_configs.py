@@ -10,7 +10,7 @@ import pytest
 from hydra.utils import get_method
 from omegaconf import OmegaConf
 
-from aggzoo.data.errors import DatasetLayoutError
+from aggzoo.errors import DatasetLayoutError
 from aggzoo.evaluation.benchmarks import load_benchmark
 
 BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "conf" / "benchmark"

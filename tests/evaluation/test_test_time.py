@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,10 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
-from aggzoo.evaluation.test_time import MultiScale, protocol_transform, size_multiple, snap_size, with_tlc
+from aggzoo.evaluation.protocol import protocol_transform
+from aggzoo.models.input_size import size_multiple, snap_size
+from aggzoo.models.multiscale import MultiScale
+from aggzoo.models.tlc import convert_tlc
 from aggzoo.layers.local_pool import LocalWindow
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.avgpool import AvgPool
@@ -86,7 +91,7 @@ def test_tlc_copy_leaves_the_model_and_keeps_training_size_outputs():
     x = torch.rand(1, 3, 64, 64)
     with torch.no_grad():
         before = model(x)
-        converted = with_tlc(model, 64)
+        converted = convert_tlc(copy.deepcopy(model), 64)
         torch.testing.assert_close(converted.eval()(x), before, atol=1e-5, rtol=1e-5)   # same at train size
         big = torch.rand(1, 3, 160, 160)
         assert not torch.allclose(converted(big), model(big), atol=1e-4)              # local statistics now

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from hub_helpers import TINY_NAME, tiny_model
 
-from aggzoo import registry
+import aggzoo.hub.factory  # noqa: F401  (imports the zoo and the shipped manifest)
+from aggzoo.hub import registry
 
-# Fill the registry (zoo + the real weights/manifest.json) before any test points AGGZOO_WEIGHTS_DIR
-# elsewhere, so the shipped tags are registered whatever the test order.
-registry._populate()
+# The factory import above fills the registry (zoo + the real weights/manifest.json) before any test
+# points AGGZOO_WEIGHTS_DIR elsewhere, so the shipped tags are registered whatever the test order.
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from aggzoo.zoo._specs import backbone, head, vpr
+from aggzoo.models.heads.gem import GeM
+from aggzoo.zoo._backbones import backbone, head, vpr
 
 TINY_BACKBONE = backbone("test_resnet", out_indices=[3])
 TINY_NAME = "gem_testresnet"
@@ -14,7 +15,7 @@ TINY_NAME = "gem_testresnet"
 
 def tiny_model(**kwargs: Any) -> torch.nn.Module:
     """GeM on timm's test_resnet cut at stride 16 (192 channels)."""
-    return vpr(TINY_BACKBONE, head("gem.GeM", p=3.0, eps=1e-6, learn_p=True), **kwargs)
+    return vpr(TINY_BACKBONE, head(GeM, p=3.0, eps=1e-6, learn_p=True), **kwargs)
 
 
 tiny_model.__name__ = TINY_NAME

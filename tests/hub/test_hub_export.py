@@ -9,19 +9,20 @@ import torch
 from hub_helpers import images, tiny_model
 
 import aggzoo
-from aggzoo.export import ExportError, check_parity, export_and_check, load_exported, main
+from aggzoo.cli.export import ExportError, check_parity, export_and_check, load_exported, main
 
 
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript", "export"])
 def test_export_matches_eager(fmt: str, tmp_path: Path) -> None:
     torch.manual_seed(0)
-    from aggzoo.zoo._specs import backbone, head, vpr
+    from aggzoo.models.heads.netvlad import NetVLAD
+    from aggzoo.zoo._backbones import backbone, head, vpr
 
-    model = vpr(backbone("test_resnet", out_indices=[3]), head("netvlad.NetVLAD", num_clusters=8)).eval()
+    model = vpr(backbone("test_resnet", out_indices=[3]), head(NetVLAD, num_clusters=8)).eval()
     result = export_and_check(model, fmt, tmp_path / f"model.{fmt}", (64, 96), atol=1e-4)
     assert result.path.is_file() and result.max_abs_diff <= 1e-4
     # The check is not vacuous: a different model is caught.
-    other = vpr(backbone("test_resnet", out_indices=[3]), head("netvlad.NetVLAD", num_clusters=8)).eval()
+    other = vpr(backbone("test_resnet", out_indices=[3]), head(NetVLAD, num_clusters=8)).eval()
     assert check_parity(other, load_exported(result.path, fmt), [images(2, (64, 96))]) > 1e-3
 
 

@@ -12,15 +12,14 @@ import torch
 from hub_helpers import images, tiny_model
 from safetensors.torch import save_file
 
-from aggzoo import hub
-from aggzoo.convert.common import unwrap_checkpoint
-from aggzoo.hub import (
+from aggzoo.hub import io as hub
+from aggzoo.errors import (
     ChecksumMismatchError,
     StateDictMismatchError,
     UnsafeCheckpointError,
     WeightsUnavailableError,
 )
-from aggzoo.pretrained import PretrainedCfg
+from aggzoo.hub.cfg import PretrainedCfg
 
 pytestmark = pytest.mark.usefixtures("isolated_dirs")
 
@@ -55,7 +54,7 @@ def test_malicious_pickle_is_refused_without_running(tmp_path: Path, layout: str
         pickle.loads(pickle.dumps(_WritesMarker(probe)))
         assert probe.exists()
     with pytest.raises(UnsafeCheckpointError, match="refused"):
-        hub.read_state_dict(path)
+        hub.read_checkpoint(path).state_dict()
     model = tiny_model()
     with pytest.raises(UnsafeCheckpointError):
         hub.load_checkpoint(model, path)
@@ -67,7 +66,7 @@ def test_wrong_checksum_is_refused_before_parsing(tmp_path: Path) -> None:
     path = tmp_path / "evil.pth"
     torch.save(_WritesMarker(marker), path)
     with pytest.raises(ChecksumMismatchError, match="expected 0{64}"):
-        hub.read_state_dict(path, sha256="0" * 64)
+        hub.read_checkpoint(path, sha256="0" * 64).state_dict()
     assert not marker.exists()
 
 
@@ -141,12 +140,12 @@ def test_numpy_scalars_next_to_the_weights_are_accepted(tmp_path: Path) -> None:
     state = dict(tiny_model().state_dict())
     path = tmp_path / "with_numpy.pth"
     torch.save({"model_state_dict": state, "best_r5": np.float64(81.5), "epoch_num": np.int64(3)}, path)
-    assert set(hub.read_state_dict(path)) == set(state)
+    assert set(hub.read_checkpoint(path).state_dict()) == set(state)
 
 
 def test_unwrap_rejects_non_state_dicts() -> None:
     with pytest.raises(ValueError, match="top-level keys"):
-        unwrap_checkpoint({"optimizer": {"lr": 0.1}})
+        hub.unwrap_checkpoint({"optimizer": {"lr": 0.1}})
 
 
 def test_download_from_url_is_cached_and_checked(isolated_dirs: dict[str, Path], tmp_path: Path,

@@ -12,8 +12,8 @@ from hub_helpers import TINY_NAME, images, tiny_model
 from safetensors.torch import save_file
 
 import aggzoo
-from aggzoo import registry
-from aggzoo.pretrained import PretrainedCfg
+from aggzoo.hub import registry
+from aggzoo.hub.cfg import PretrainedCfg
 
 REPO = Path(__file__).resolve().parents[2]
 

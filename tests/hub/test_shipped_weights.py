@@ -2,7 +2,7 @@
 its recorded metric on the data it was measured on. Parametrised over the manifest, so it tests
 whatever is shipped; an empty manifest is reported as a skip, never as a pass.
 
-Also: the regeneration command (``python -m aggzoo.manifest add``) on a stand-in training run.
+Also: the regeneration command (``python -m aggzoo.cli.manifest add``) on a stand-in training run.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ import torch
 from hub_helpers import images
 
 import aggzoo
-from aggzoo import manifest, registry
-from aggzoo.hub import SPEC_KEY, load_pretrained, sha256_of
+from aggzoo.cli.manifest import add_entry
+from aggzoo.errors import ManifestError
+from aggzoo.hub import manifest
+from aggzoo.hub import registry
+from aggzoo.hub.io import SPEC_KEY, load_pretrained, sha256_of
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "weights" / "manifest.json"
@@ -101,7 +104,7 @@ def test_add_command_writes_a_delta_that_reloads(tmp_path: Path, monkeypatch: py
     torch.save({"state_dict": {f"model.{k}": v for k, v in trained.state_dict().items()}, "epoch": 3,
                 SPEC_KEY: spec}, checkpoint)
     folder = tmp_path / "weights"
-    entry = manifest.add_entry(name, checkpoint, recipe="python train.py experiment=x", metrics={"nordland_mini/R@1": 1.5},
+    entry = add_entry(name, checkpoint, recipe="python train.py experiment=x", metrics={"nordland_mini/R@1": 1.5},
                                evaluation={"dataset": "nordland_mini", "image_size": [112, 224]}, directory=folder)
     stored = set(__import__("safetensors.torch", fromlist=["load_file"]).load_file(str(folder / entry.file)))
     assert {k for k in stored if k.startswith("head.")} == {k for k in trained.state_dict() if k.startswith("head.")}
@@ -120,16 +123,13 @@ def test_add_command_writes_a_delta_that_reloads(tmp_path: Path, monkeypatch: py
     # A checkpoint trained with another configuration is refused.
     spec["head"] = {**spec["head"], "p": 4.0}
     torch.save({"state_dict": {f"model.{k}": v for k, v in trained.state_dict().items()}, SPEC_KEY: spec}, checkpoint)
-    with pytest.raises(manifest.ManifestError, match="registered architecture"):
-        manifest.add_entry(name, checkpoint, recipe="x", metrics={}, directory=folder)
+    with pytest.raises(ManifestError, match="registered architecture"):
+        add_entry(name, checkpoint, recipe="x", metrics={}, directory=folder)
     assert name not in registry.list_pretrained()
 
 
 def test_pipeline_checkpoint_files_rebuild_themselves(tmp_path: Path) -> None:
     """create_model(<checkpoint path>) reads the model config the pipeline stores beside the weights."""
-    from aggzoo.pipeline import MODEL_CONFIG_KEY
-
-    assert MODEL_CONFIG_KEY == SPEC_KEY
     torch.manual_seed(0)
     model = aggzoo.create_model("netvlad_efficientnet_lite0", num_clusters=4)
     checkpoint = tmp_path / "last.ckpt"
@@ -154,7 +154,7 @@ def test_a_built_wheel_carries_the_shipped_weights(tmp_path: Path) -> None:
     import sys
     import zipfile
 
-    from aggzoo.hub import weights_dir
+    from aggzoo.hub.io import weights_dir
 
     repo = Path(__file__).resolve().parents[2]
     assert weights_dir().resolve() == (repo / "weights").resolve()  # in a checkout: the repository's folder

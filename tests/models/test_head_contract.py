@@ -47,7 +47,7 @@ SETUPS: dict[str, Setup] = {
     "megaloc": Setup(backbone="test_vit", backbone_kwargs={"dynamic_img_size": True}, image_size=(160, 160),
                      head_overrides={"cluster_dim": 32, "feat_dim": 512}),
     "a2gc": VIT,
-    "image_tokens": Setup(backbone="test_vit", backbone_cls=AggregationTokenViT, image_size=(160, 160),
+    "image": Setup(backbone="test_vit", backbone_cls=AggregationTokenViT, image_size=(160, 160),
                           backbone_kwargs={"num_tokens": 8, "insert_before_block": 4, "dynamic_img_size": True}),
     "afa": Setup(backbone_kwargs={"out_indices": (2, 3, 4)}),  # multi-level: 16x16, 8x8, 4x4 maps
     "ida": Setup(backbone_kwargs={"out_indices": (2, 3, 4)}),

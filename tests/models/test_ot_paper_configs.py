@@ -21,7 +21,7 @@ PAPER_SIZES = {
     "a2gc": 8448,
     "gsp": 512,
     "qaa": 8192,  # 64 * 128
-    "image_tokens": 6144,  # 8 * 768
+    "image": 6144,  # 8 * 768
 }
 
 

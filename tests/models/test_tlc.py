@@ -20,7 +20,8 @@ from aggzoo.layers.pooling import gem
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.gcnet import GCNet
 from aggzoo.models.heads.gem import GeM
-from aggzoo.models.heads.multilevel import MultiLevel
+from aggzoo.models.heads.afa import AFA
+from aggzoo.models.heads.ida import IDA
 from aggzoo.models.tlc import convert_tlc, local_windows
 from aggzoo.models.vpr_model import VPRModel
 
@@ -130,7 +131,7 @@ def test_final_descriptor_pooling_is_never_converted() -> None:
 
 def test_multilevel_head_attention_converted_descriptor_pool_global() -> None:
     torch.manual_seed(0)
-    model = VPRModel(TimmBackbone("test_resnet", out_indices=(2, 3, 4)), MultiLevel).eval()
+    model = VPRModel(TimmBackbone("test_resnet", out_indices=(2, 3, 4)), AFA).eval()
     reference = copy.deepcopy(model)
     converted = convert_tlc(model, TRAIN)
     names = set(local_windows(converted))

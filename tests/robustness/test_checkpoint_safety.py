@@ -18,11 +18,11 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-import aggzoo.training.durable_io as durable_io
-import aggzoo.training.safe_save as safe_save
+import aggzoo.training.checkpointing as durable_io
+import aggzoo.training.checkpointing as safe_save
 from aggzoo.training.checkpointing import RunCheckpoint
-from aggzoo.training.durable_io import DurableCheckpointIO
-from aggzoo.training.safe_save import DiskFullError, atomic_save
+from aggzoo.training.checkpointing import DurableCheckpointIO
+from aggzoo.training.checkpointing import DiskFullError, atomic_save
 from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
 
 
@@ -81,7 +81,7 @@ def test_sigkill_midway_keeps_the_previous_file_and_the_next_save_cleans_up(tmp_
     child = textwrap.dedent(f"""
         import io, time, torch
         from pathlib import Path
-        from aggzoo.training.safe_save import atomic_save
+        from aggzoo.training.checkpointing import atomic_save
         def slow(obj, handle):
             buffer = io.BytesIO(); torch.save(obj, buffer); data = buffer.getvalue()
             handle.write(data[: len(data) // 2]); handle.flush()

@@ -11,7 +11,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from aggzoo.config_schema import BadImages, validate_config
+from aggzoo.run.config_schema import BadImages, validate_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

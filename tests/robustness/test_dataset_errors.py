@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.gsv_cities import GSVCitiesDataset
 from aggzoo.data.vg import load_vg
 from robust_helpers import write_city, write_vg

@@ -14,8 +14,9 @@ import torch
 from aggzoo.data.images import ImageReadError
 from aggzoo.data.transforms import eval_transform
 from aggzoo.evaluation.retrieval import extract_descriptors
-from aggzoo.pipeline import evaluate, model_from_checkpoint, train
-from aggzoo.validation import PreflightError
+import aggzoo
+from aggzoo.run.pipeline import evaluate, train
+from aggzoo.run.preflight import PreflightError
 from robust_helpers import write_city, write_vg
 from hydra_helpers import compose_run_config
 
@@ -50,7 +51,7 @@ def test_seeded_training_twice_is_identical_and_skips_the_bad_image(data: dict[s
     assert runs[0]["test"][0].recalls == runs[1]["test"][0].recalls
     assert np.array_equal(runs[0]["test"][0].predictions, runs[1]["test"][0].predictions)
     test_set = runs[0]["test"][0].retrieval_set
-    descriptors = [extract_descriptors(model_from_checkpoint(r["best_checkpoint"]), test_set.query_paths,
+    descriptors = [extract_descriptors(aggzoo.create_model(r["best_checkpoint"]), test_set.query_paths,
                                        eval_transform((32, 32))) for r in runs]
     assert np.array_equal(*descriptors)
     for i, run in enumerate(runs):

@@ -15,8 +15,7 @@ from PIL import Image
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.models.heads.netvlad import NetVLAD
 from aggzoo.models.vpr_model import VPRModel, build_head
-from aggzoo.pipeline import build_model
-from aggzoo.validation import (PreflightError, benchmark_problems, build_model_checked, check_evaluation,
+from aggzoo.run.preflight import (PreflightError, benchmark_problems, build_model_checked, check_evaluation,
                                check_training, model_problems)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -73,9 +72,9 @@ def test_head_built_for_other_channels(resnet: torch.nn.Module) -> None:
 
 
 def test_multilevel_head_on_a_single_level_backbone() -> None:
-    with pytest.raises(PreflightError, match=r"^cannot build head aggzoo\.models\.heads\.multilevel\.\w+ on backbone "
-                                             r"test_resnet: MultiLevel fuses several backbone levels"):
-        build_model_checked(build_model, _cfg("test_resnet", "ida"))
+    with pytest.raises(PreflightError, match=r"^cannot build head aggzoo\.models\.heads\.ida\.IDA on backbone "
+                                             r"test_resnet: IDA fuses several backbone levels"):
+        build_model_checked(_cfg("test_resnet", "ida"))
 
 
 def test_dry_forward_leaves_rng_and_mode_alone(resnet: torch.nn.Module) -> None:

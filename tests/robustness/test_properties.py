@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggzoo.data.errors import DatasetFormatError
+from aggzoo.errors import DatasetFormatError
 from aggzoo.data.vg import utm_from_name
 from aggzoo.evaluation.retrieval import recall_at_k, recall_curve, search
 

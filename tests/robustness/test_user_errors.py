@@ -12,9 +12,10 @@ from torch.utils.data import DataLoader
 
 from aggzoo.data.image_policy import ImagePolicy
 from aggzoo.data.retrieval_set import ImageListDataset
-from aggzoo.robustness import after_training, reported_user_errors
+from aggzoo.cli.reporting import reported_user_errors
+from aggzoo.run.preflight import after_training
 from aggzoo.training.interrupt import GracefulInterrupt
-from aggzoo.validation import PreflightError
+from aggzoo.run.preflight import PreflightError
 
 
 def test_user_error_is_one_line_and_status_two(capsys: pytest.CaptureFixture) -> None:

@@ -93,7 +93,7 @@ def _saved_tensors(fn) -> int:
 def _image_tokens() -> VPRModel:
     """ImAge: tokens inserted before block 2 of 6 (blocks 0-1 frozen); its own loop over the blocks."""
     from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
-    from aggzoo.models.heads.image_tokens import ImAgeTokens
+    from aggzoo.models.heads.image import ImAgeTokens
 
     torch.manual_seed(0)
     backbone = AggregationTokenViT("test_vit", num_tokens=4, insert_before_block=2, dynamic_img_size=True)

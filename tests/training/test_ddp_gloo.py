@@ -14,7 +14,8 @@ import lightning.pytorch as L
 import pytest
 import torch
 
-from aggzoo.pipeline import build_model, train
+from aggzoo.hub.builder import build_model
+from aggzoo.run.pipeline import model_spec, train
 from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
 # test_vit: LayerNorm only, so no batch statistics differ between one process and two half batches.
@@ -37,7 +38,7 @@ def test_two_gloo_processes_match_one_process(tiny_data, tmp_path: Path, monkeyp
     two = torch.load(ddp_dir / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
     assert one["global_step"] == two["global_step"] == 2
     L.seed_everything(cfg.seed, verbose=False)
-    initial = build_model({"backbone": cfg.backbone, "head": cfg.head}).state_dict()
+    initial = build_model(model_spec(cfg)).state_dict()
     moved = max((one["state_dict"][f"model.{k}"] - v).abs().max().item() for k, v in initial.items())
     assert moved > 1e-4  # training changed the weights...
     for key, value in one["state_dict"].items():  # ...identically in both runs

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aggzoo.pipeline import train
+from aggzoo.run.pipeline import train
 from aggzoo.training.checkpointing import CheckpointMismatchError, resolve_ckpt_path
 from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
@@ -24,7 +24,7 @@ KILL_AT = 6  # killed while finishing step 6: the newest checkpoint is step 5, b
 def test_sigkilled_run_resumes_to_the_uninterrupted_result(tiny_data, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     logs = tmp_path / "logs"
-    killed = train_py([*RUN, f"paths.log_dir={logs}", "+callbacks.crash._target_=aggzoo.training.faults.KillAtStep",
+    killed = train_py([*RUN, f"paths.log_dir={logs}", "+callbacks.crash._target_=faults.KillAtStep",
                        f"+callbacks.crash.step={KILL_AT}"], tiny_data.root)
     assert killed.returncode == -9, killed.stderr[-3000:]
     (run,) = run_dirs(logs)
@@ -72,7 +72,7 @@ def test_sigterm_saves_the_step_exits_143_and_resumes_to_the_uninterrupted_resul
     run_args = [a for a in RUN if "every_n_train_steps" not in a]
     logs = tmp_path / "logs"
     stopped = train_py([*run_args, f"paths.log_dir={logs}",
-                        "+callbacks.crash._target_=aggzoo.training.faults.KillAtStep",
+                        "+callbacks.crash._target_=faults.KillAtStep",
                         f"+callbacks.crash.step={KILL_AT}", "+callbacks.crash.signal=SIGTERM"], tiny_data.root)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     (run,) = run_dirs(logs)

@@ -12,7 +12,8 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from aggzoo.pipeline import build_model, train
+from aggzoo.hub.builder import build_model
+from aggzoo.run.pipeline import model_spec, train
 from train_helpers import CONF, REPO, compose_train
 
 REFERENCE = REPO.parent / "shared" / "REFERENCE.md"
@@ -95,7 +96,7 @@ def _trainable_blocks(model) -> int:
 def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> None:
     cfg = compose_train([f"experiment={recipe}", "backbone.pretrained=false"], tmp_path)
     with torch.device("meta"):  # the full-size architecture, without allocating or initialising weights
-        model = build_model({"backbone": cfg.backbone, "head": cfg.head})
+        model = build_model(model_spec(cfg))
     if recipe in RESULT_ROW:
         row = next(label for label in _reference_rows() if label.startswith(RESULT_ROW[recipe] + " ("))
         assert model.out_dim == int(re.search(r"\((\d+)\)", row).group(1))
@@ -142,7 +143,7 @@ def test_recipe_trains_a_step_on_tiny_stand_ins(recipe: str, tiny_data, tmp_path
                  "logger=csv_only", "callbacks.progress_bar.refresh_rate=0", f"paths.log_dir={tmp_path}/logs"]
     cfg = compose_train(overrides, tmp_path / "run")
     L.seed_everything(cfg.seed, verbose=False)  # train() builds the same initial model from the seed
-    before = {k: v.clone() for k, v in build_model({"backbone": cfg.backbone, "head": cfg.head}).state_dict().items()}
+    before = {k: v.clone() for k, v in build_model(model_spec(cfg)).state_dict().items()}
     result = train(cfg)
     trainer = result["trainer"]
     assert trainer.global_step == 1

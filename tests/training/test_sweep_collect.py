@@ -12,8 +12,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from aggzoo.training.collect_runs import collect_runs, format_runs, main
-from aggzoo.training.sweep import keep_sweeping
+from aggzoo.run.collect_runs import collect_runs, format_runs, main
+from aggzoo.run.sweep import keep_sweeping
 from train_helpers import CONF, TINY, train_py
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.data.errors import DatasetFormatError
+from aggzoo.errors import DatasetFormatError
 from aggzoo.data.layout import positives_within_radius, require_dir, require_file
 from aggzoo.data.retrieval_set import RetrievalSet
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.image_policy import ImagePolicy
 from aggzoo.data.images import ImageReadError
 

@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-__all__ = ["ImageReadError", "read_rgb", "MAX_PIXELS"]
+from aggzoo.errors import ImageReadError
+
+__all__ = ["read_rgb", "MAX_PIXELS"]
 
 #: Pixel count above which a JPEG is decoded at reduced scale and other formats are refused.
 #: Pillow's own warning threshold (~89.5 Mpx); set ``aggzoo.data.images.MAX_PIXELS`` to change it.
@@ -36,21 +38,6 @@ MAX_PIXELS: int = 89_478_485
 
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
 _BACKGROUND = (255, 255, 255, 255)
-
-
-class ImageReadError(OSError):
-    """An image file could not be read; the message names the file and the reason.
-
-    ``path`` and ``reason`` (the message without the file name) are kept for lists of skipped files.
-    """
-
-    def __init__(self, message: str, path: str | Path | None = None, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.path = None if path is None else str(path)
-        self.reason = message if reason is None else reason
-
-    def __reduce__(self) -> tuple:  # keep path and reason across DataLoader worker processes
-        return type(self), (str(self), self.path, self.reason)
 
 
 def _error(path: Path, reason: str) -> ImageReadError:

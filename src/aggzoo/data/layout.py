@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial import cKDTree
 
-from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 __all__ = [
     "IMAGE_EXTENSIONS",

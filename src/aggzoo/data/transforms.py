@@ -14,11 +14,9 @@ import albumentations as A  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD  # noqa: E402
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "train_transform", "eval_transform", "Transform"]
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+__all__ = ["train_transform", "eval_transform", "Transform"]
 
 Transform = Callable[[np.ndarray], torch.Tensor]
 
@@ -54,8 +52,8 @@ def _resize(size: Sequence[int], interpolation: str) -> A.BasicTransform:
 def eval_transform(
     image_size: Sequence[int],
     *,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
+    mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
+    std: Sequence[float] = IMAGENET_DEFAULT_STD,
     interpolation: str = "bicubic",
 ) -> Transform:
     """Resize to ``image_size = (H, W)`` and normalise.
@@ -91,8 +89,8 @@ class _AntialiasedResize(A.ImageOnlyTransform):
 def train_transform(
     image_size: Sequence[int],
     *,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
+    mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
+    std: Sequence[float] = IMAGENET_DEFAULT_STD,
     interpolation: str = "bilinear",
     strength: float = 1.0,
 ) -> Transform:

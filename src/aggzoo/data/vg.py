@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.data.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images, positives_within_radius, require_dir
 from aggzoo.data.retrieval_set import RetrievalSet
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.data.errors import DatasetFormatError
+from aggzoo.errors import DatasetFormatError
 from aggzoo.data.layout import list_images, positive_arrays, require_dir, require_file
 from aggzoo.data.retrieval_set import RetrievalSet
 

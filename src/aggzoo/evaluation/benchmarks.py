@@ -8,6 +8,7 @@ only one database's descriptors are in memory at once.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,9 @@ from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
 from aggzoo.evaluation.report import plot_recall_curves, plot_retrievals, write_json, write_markdown
 from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, extract_descriptors
 from aggzoo.evaluation.submission import write_msls_submission
-from aggzoo.evaluation.test_time import MultiScale, size_multiple, with_tlc
+from aggzoo.models.input_size import size_multiple
+from aggzoo.models.multiscale import MultiScale
+from aggzoo.models.tlc import convert_tlc
 
 __all__ = ["load_benchmark", "load_benchmarks", "fit_whitening", "test_time_model", "evaluate_benchmarks"]
 
@@ -87,7 +90,8 @@ def test_time_model(
 ) -> nn.Module:
     """``model`` with the test-time options applied: TLC (a converted copy) and multi-scale pooling."""
     if tlc_train_size is not None:
-        model = with_tlc(model, tlc_train_size)
+        size = tlc_train_size if isinstance(tlc_train_size, int) else tuple(int(s) for s in tlc_train_size)
+        model = convert_tlc(copy.deepcopy(model), size)  # a converted copy: the caller's model is unchanged
     if tuple(scales) != (1.0,):
         model = MultiScale(model, scales, reduce=multiscale_reduce, multiple=size_multiple(model))
     return model
@@ -137,7 +141,7 @@ def evaluate_benchmarks(
 
     Args:
         benchmarks: ``{name: loader node}`` (``cfg.benchmark``) or :class:`RetrievalSet` values.
-        transform: the evaluation transform (e.g. :func:`aggzoo.evaluation.test_time.protocol_transform`).
+        transform: the evaluation transform (e.g. :func:`aggzoo.evaluation.protocol.protocol_transform`).
         output_dir: where ``results.json``, ``results.md``, ``recall_curves.png`` and
             ``retrievals_<name>.png`` go (nothing is written when ``None``).
         descriptor_dtype: ``"float16"`` halves descriptor memory (use ``index="SQfp16"`` to keep it

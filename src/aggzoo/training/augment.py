@@ -23,7 +23,9 @@ import numpy as np
 import torch
 from torchvision.transforms import InterpolationMode, RandAugment
 
-from aggzoo.data.transforms import IMAGENET_MEAN, IMAGENET_STD, Transform
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+from aggzoo.data.transforms import Transform
 
 __all__ = ["rand_augment"]
 
@@ -57,8 +59,8 @@ class _RandAugmentPipeline:
         return f"RandAugmentPipeline(size={self.size}, {self.augment!r})"
 
 
-def rand_augment(image_size: Sequence[int], *, mean: Sequence[float] = IMAGENET_MEAN,
-                 std: Sequence[float] = IMAGENET_STD, num_ops: int = 3, magnitude: int = 9,
+def rand_augment(image_size: Sequence[int], *, mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
+                 std: Sequence[float] = IMAGENET_DEFAULT_STD, num_ops: int = 3, magnitude: int = 9,
                  resize_interpolation: str = "bilinear", interpolation: str = "bilinear") -> Transform:
     """Resize to ``image_size = (H, W)``, apply ``RandAugment(num_ops, magnitude)`` and normalise.
 

@@ -1,32 +1,173 @@
-"""Never lose a run: find the checkpoint to resume and check it fits the model.
+"""Never lose a run: checkpoint files written atomically, ``last.ckpt`` always fresh, resume checked.
 
-- :func:`resolve_ckpt_path` turns ``ckpt_path=last`` (or a run folder) into a file: the run's own
-  ``checkpoints/last.ckpt`` when it has one (a requeued SLURM job), else the newest ``last.ckpt``
-  under the log folder.
-- :class:`RunCheckpoint` is Lightning's ``ModelCheckpoint`` with ``last.ckpt`` always the newest state.
-- :func:`check_checkpoint_matches` compares the checkpoint's weights with the configured model
-  before Lightning touches them and raises one :class:`CheckpointMismatchError` that names the
-  differing keys, both model configs and the fix.
+Writing. :func:`atomic_save` streams ``torch.save`` into a temporary file *in the target's folder*,
+flushes and ``fsync``\\ s it, then ``os.replace``\\ s it over the target and ``fsync``\\ s the folder. A
+process killed at any point (or a power cut, thanks to the fsyncs) leaves the previous file
+untouched; the orphaned ``.<name>.partial-<pid>-<tag>`` is removed by the next save once its writer
+is dead. Compared with Lightning's default writer (serialise to an in-memory buffer, write it
+through an fsspec transaction staged in the system temporary folder, move it into place): no second
+copy of the checkpoint in RAM, nothing staged on ``/tmp`` (often a small tmpfs: a multi-GB
+checkpoint fails there while the output disk has room), and a disk-full error is reported as a
+:class:`~aggzoo.errors.DiskFullError` that names the file, the free space, the size needed and the
+fix. :class:`DurableCheckpointIO` is the Lightning plugin (``conf/trainer/default.yaml``) that makes
+every checkpoint Lightning writes go through it.
 
-Checkpoint files themselves are written atomically by
-:class:`aggzoo.training.durable_io.DurableCheckpointIO` (``conf/trainer/default.yaml``), so a run
-killed while saving keeps its previous ``last.ckpt``.
+Keeping ``last.ckpt`` current. :class:`RunCheckpoint` is Lightning's ``ModelCheckpoint`` with
+``last.ckpt`` refreshed at every save point.
+
+Resuming. :func:`resolve_ckpt_path` turns ``ckpt_path=last`` (or a run folder) into a file: the
+run's own ``checkpoints/last.ckpt`` when it has one (a requeued SLURM job), else the newest
+``last.ckpt`` under the log folder. :func:`check_checkpoint_matches` reads the checkpoint with the
+one safe reader (:func:`aggzoo.hub.io.read_checkpoint`: no code runs, a recorded spec naming
+anything but aggzoo's model classes is refused) and compares its weights with the configured model
+before Lightning touches the file, raising one :class:`~aggzoo.errors.CheckpointMismatchError`
+that names the differing keys, both model configs and the fix.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
-from collections.abc import Mapping
+import re
+import secrets
+import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-__all__ = ["CheckpointMismatchError", "RunCheckpoint", "check_checkpoint_matches", "resolve_ckpt_path", "run_dir_of"]
+from aggzoo.errors import CheckpointMismatchError, CheckpointNotFoundError, DiskFullError
+from aggzoo.hub.io import read_checkpoint
 
+__all__ = ["DurableCheckpointIO", "RunCheckpoint", "atomic_save", "check_checkpoint_matches", "resolve_ckpt_path",
+           "run_dir_of", "tensor_bytes"]
+
+log = logging.getLogger(__name__)
+
+
+# -- writing checkpoint files ----------------------------------------------------------------------
+
+log = logging.getLogger(__name__)
+
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 _LAST = ("last.ckpt", "last-v*.ckpt")
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested checkpoint (a lower bound of its file size)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+def _human(num_bytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(num_bytes) < 1024 or unit == "TB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    return f"{num_bytes:.1f} TB"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_partials(target: Path) -> None:
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.partial-(\d+)-[0-9a-f]+$")
+    for candidate in target.parent.glob(f".{target.name}.partial-*"):
+        match = pattern.match(candidate.name)
+        if match and not _alive(int(match.group(1))):
+            candidate.unlink(missing_ok=True)
+            log.info("removed %s left by an interrupted save", candidate)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. file systems that do not open folders
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _disk_full(target: Path, obj: Any, err: OSError) -> DiskFullError:
+    try:
+        free = _human(shutil.disk_usage(target.parent).free)
+    except OSError:
+        free = "unknown"
+    previous = (f"The previous {target.name} is intact. " if target.exists() else "")
+    return DiskFullError(
+        errno.ENOSPC,
+        f"disk full while writing {target} ({os.strerror(err.errno or errno.ENOSPC)}; {free} free on that file "
+        f"system, the file needs at least {_human(tensor_bytes(obj))}). {previous}Free some space or write to a "
+        "larger disk (paths.output_dir=..., or callbacks.model_checkpoint.dirpath=...), then resume with "
+        "ckpt_path=<the last checkpoint>.",
+    )
+
+
+def atomic_save(obj: Any, path: str | os.PathLike, *, save: Callable[[Any, Any], None] = torch.save) -> None:
+    """``save(obj, file)`` to ``path`` atomically and durably (see the module docstring).
+
+    Raises:
+        DiskFullError: no space (or quota) left; the partial file is removed, ``path`` is untouched.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(target)
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        # os.open with 0o666 lets the umask decide the mode, as for any other file the run writes.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as handle:
+            save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in _DISK_FULL:
+            raise _disk_full(target, obj, err) from err
+        raise
+    _fsync_dir(target.parent)
+
+
+class DurableCheckpointIO(TorchCheckpointIO):
+    """Lightning checkpoint writer using :func:`atomic_save` for local paths (``trainer.plugins``).
+
+    Remote URLs (``s3://``...) are written by Lightning's own writer.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike,
+                        storage_options: Any | None = None) -> None:
+        if "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options=storage_options)
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} does not take storage_options (got {storage_options!r})")
+        atomic_save(checkpoint, path)
+        return None
+
+
+# -- keeping last.ckpt current and resuming ------------------------------------------------------
+
 
 
 class RunCheckpoint(ModelCheckpoint):
@@ -60,10 +201,6 @@ class RunCheckpoint(ModelCheckpoint):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
-class CheckpointMismatchError(ValueError):
-    """The checkpoint's weights do not fit the configured model."""
-
-
 def _last_in(folder: Path) -> list[Path]:
     return [p for pattern in _LAST for p in folder.glob(pattern) if p.is_file()]
 
@@ -80,7 +217,7 @@ def resolve_ckpt_path(ckpt_path: str | os.PathLike | None, *, search_root: Path,
         own_dir: this run's output folder; its own last checkpoint wins for ``"last"``.
 
     Raises:
-        FileNotFoundError: nothing to resume, with where it looked.
+        CheckpointNotFoundError: nothing to resume, with where it looked.
     """
     if ckpt_path is None or str(ckpt_path) in ("", "null", "None"):
         return None
@@ -92,7 +229,7 @@ def resolve_ckpt_path(ckpt_path: str | os.PathLike | None, *, search_root: Path,
             return max(own, key=lambda p: p.stat().st_mtime)
         candidates = [p for pattern in _LAST for p in search_root.rglob(f"checkpoints/{pattern}") if p.is_file()]
         if not candidates:
-            raise FileNotFoundError(
+            raise CheckpointNotFoundError(
                 f"ckpt_path=last: no checkpoints/last.ckpt under {search_root}. Train first (checkpoints are written "
                 "to <run>/checkpoints/), point paths.log_dir at the logs of the run to resume, or pass "
                 "ckpt_path=<file.ckpt>")
@@ -101,10 +238,10 @@ def resolve_ckpt_path(ckpt_path: str | os.PathLike | None, *, search_root: Path,
     if path.is_dir():
         found = _last_in(path / "checkpoints") or _last_in(path)
         if not found:
-            raise FileNotFoundError(f"ckpt_path={path} is a folder without checkpoints/last.ckpt; pass the .ckpt file")
+            raise CheckpointNotFoundError(f"ckpt_path={path} is a folder without checkpoints/last.ckpt; pass the .ckpt file")
         return max(found, key=lambda p: p.stat().st_mtime)
     if not path.is_file():
-        raise FileNotFoundError(f"ckpt_path={path}: no such checkpoint file "
+        raise CheckpointNotFoundError(f"ckpt_path={path}: no such checkpoint file "
                                 "(use ckpt_path=last to resume the newest run)")
     return path
 
@@ -134,8 +271,8 @@ def _describe(model_cfg: Mapping[str, Any] | None) -> str:
             f"{head_args}")
 
 
-def check_checkpoint_matches(path: Path, module: torch.nn.Module, model_cfg: Mapping[str, Any] | None = None,
-                             *, config_key: str = "aggzoo_model_config") -> dict[str, Any]:
+def check_checkpoint_matches(path: Path, module: torch.nn.Module,
+                             model_cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Raise :class:`CheckpointMismatchError` unless ``path``'s ``state_dict`` has exactly the
     keys and shapes of ``module.state_dict()``. Returns the checkpoint's recorded model config.
 
@@ -144,10 +281,8 @@ def check_checkpoint_matches(path: Path, module: torch.nn.Module, model_cfg: Map
         module: the configured LightningModule.
         model_cfg: the configured ``{"backbone": ..., "head": ...}``, quoted in the error.
     """
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # corrupt, truncated, or pickled code
-        raise CheckpointMismatchError(f"cannot read checkpoint {path}: {err}") from err
+    stored = read_checkpoint(path)  # no code runs; a recorded spec naming other code is refused here
+    checkpoint = stored.contents
     if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
         raise CheckpointMismatchError(f"{path} is not a training checkpoint written by train.py (no 'state_dict'); "
                                       "resume needs <run>/checkpoints/last.ckpt")
@@ -156,7 +291,7 @@ def check_checkpoint_matches(path: Path, module: torch.nn.Module, model_cfg: Map
     missing = sorted(expected.keys() - found.keys())
     unexpected = sorted(found.keys() - expected.keys())
     reshaped = sorted(k for k in expected.keys() & found.keys() if expected[k] != found[k])
-    recorded = checkpoint.get(config_key) or {}
+    recorded = stored.spec or {}
     if missing or unexpected or reshaped:
         lines = [f"checkpoint {path} does not match the configured model:",
                  f"  checkpoint was trained with: {_describe(recorded)}",

@@ -34,15 +34,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["NonFiniteError", "NonFiniteGuard", "batch_image_files"]
+from aggzoo.errors import NonFiniteError
+
+__all__ = ["NonFiniteGuard", "batch_image_files"]
 
 log = logging.getLogger(__name__)
 
 POLICIES = ("skip", "stop")
 
 
-class NonFiniteError(FloatingPointError):
-    """Training produced a non-finite loss or gradient and the guard's policy is to stop."""
 
 
 def batch_image_files(trainer: L.Trainer, labels: Tensor | None) -> list[str] | None:

@@ -1,7 +1,22 @@
-"""The model zoo: every registered architecture (``@register_model`` entry points) and the official
-weights of each, one module per method. Importing this package fills the registry; ``aggzoo``
-imports it lazily, on the first ``create_model`` / ``list_models`` call."""
+"""The model zoo: one file per method, each holding its ``@register_model`` entry points, its
+``pretrained_cfgs`` table and the key-remapping rules of its official checkpoints, in that order.
 
-from aggzoo.zoo import baselines, boq, convap, cosplace, edtformer, image, mixvpr, netvlad, new_heads, salad
+The method files are found in this folder (a new file is part of the zoo the moment it exists);
+:func:`import_method_files` imports them, which fills the registry tables. Only
+:mod:`aggzoo.hub.factory` calls it, so ``import aggzoo`` stays light until a model is asked for.
+"""
 
-__all__ = ["baselines", "boq", "convap", "cosplace", "edtformer", "image", "mixvpr", "netvlad", "new_heads", "salad"]
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+__all__ = ["import_method_files"]
+
+
+def import_method_files() -> list[str]:
+    """Import every method file of the zoo (``_``-prefixed helpers excluded); returns their names."""
+    names = [m.name for m in pkgutil.iter_modules(__path__, __name__ + ".") if not m.name.rpartition(".")[2].startswith("_")]
+    for name in names:
+        importlib.import_module(name)
+    return names

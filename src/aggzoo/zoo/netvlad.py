@@ -1,23 +1,41 @@
-"""NetVLAD on ResNet-50 conv4 (cut after layer3), with the deep-visual-geo-localization-benchmark weights."""
+"""NetVLAD, on the project's EfficientNet-Lite0 and on ResNet-50 conv4 with the benchmark's weights.
+
+R. Arandjelovic, P. Gronat, A. Torii, T. Pajdla, J. Sivic, "NetVLAD: CNN architecture for weakly
+supervised place recognition", CVPR 2016, arXiv:1511.07247. Weights converted here: the
+deep-visual-geo-localization-benchmark (Berton et al., CVPR 2022, arXiv:2204.03444; MIT).
+
+Upstream facts of the benchmark's checkpoints (gmberton/deep-visual-geo-localization-benchmark):
+
+- ``model/network.py``: for ``--backbone resnet50conv4`` the backbone is
+  ``nn.Sequential(*list(resnet.children())[:-3])`` (cut after layer3, 1024 channels) ->
+  ``backbone.{0 conv1, 1 bn1, 4 layer1, 5 layer2, 6 layer3}.*``; for ``--aggregation netvlad`` the
+  aggregation is the NetVLAD module itself (not wrapped) -> ``aggregation.conv.weight`` [64, 1024,
+  1, 1] (no bias) and ``aggregation.centroids`` [64, 1024].
+- ``util.py`` ``resume_model``: files are either the raw state dict (the README's model zoo) or
+  ``{"model_state_dict": ...}`` (training checkpoints), possibly with ``module.`` prefixes; both
+  are unwrapped before the converter runs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
-from aggzoo.convert.netvlad import convert_netvlad_benchmark
-from aggzoo.pretrained import PretrainedCfg
-from aggzoo.registry import register_model, register_pretrained
-from aggzoo.zoo._specs import RESNET50_LAYER3, head, vpr
+from aggzoo.hub.cfg import PretrainedCfg
+from aggzoo.hub.registry import register_model
+from aggzoo.hub.remap import rename
+from aggzoo.models.heads.netvlad import NetVLAD
+from aggzoo.zoo._backbones import EFFICIENTNET_LITE0, RESNET50_LAYER3, head, resnet_rules, vpr
 
-__all__ = ["netvlad_resnet50"]
+__all__ = ["convert_netvlad_benchmark", "netvlad_efficientnet_lite0", "netvlad_resnet50"]
 
 
-@register_model
-def netvlad_resnet50(**kwargs: Any) -> nn.Module:
-    """NetVLAD (K = 64) on ResNet-50 conv4 (layer3, 1024 channels): 65536-D."""
-    return vpr(RESNET50_LAYER3, head("netvlad.NetVLAD", num_clusters=64, normalize_input=True), **kwargs)
+def convert_netvlad_benchmark(state: Mapping[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
+    """``resnet50conv4`` + NetVLAD benchmark keys -> ``netvlad_resnet50`` keys."""
+    rules = resnet_rules("backbone.", sequential=True) + [(r"aggregation\.(conv\.weight|centroids)", r"head.\1")]
+    return rename(state, rules, what="NetVLAD (deep-visual-geo-localization-benchmark)")
 
 
 # tag -> (training set, Google Drive file id, published R@1 on Pitts30k-test / MSLS-val)
@@ -26,17 +44,31 @@ _RELEASES = {
     "official_pitts30k": ("Pitts30k", "1KL8HoAApOjJFETin7Q7u7IcsOvroKlSj", 86.0, 50.7),
 }
 
-for _tag, (_data, _drive_id, _pitts, _msls) in _RELEASES.items():
-    register_pretrained(f"netvlad_resnet50.{_tag}", PretrainedCfg(
-        download_page=f"https://drive.google.com/file/d/{_drive_id}/view",
-        filename=f"resnet50conv4_netvlad_{_data.lower()}.pth",
+pretrained_cfgs = {
+    f"netvlad_resnet50.{tag}": PretrainedCfg(
+        download_page=f"https://drive.google.com/file/d/{drive_id}/view",
+        filename=f"resnet50conv4_netvlad_{data.lower()}.pth",
         remap=convert_netvlad_benchmark,
         input_size=(3, 480, 640), interpolation="bilinear", out_dim=65536,
         recipe=f"gmberton/deep-visual-geo-localization-benchmark train.py --backbone=resnet50conv4 "
-               f"--aggregation=netvlad on {_data}",
+               f"--aggregation=netvlad on {data}",
         license="MIT (gmberton/deep-visual-geo-localization-benchmark)",
         paper="Deep Visual Geo-localization Benchmark (Berton et al., CVPR 2022), arXiv:2204.03444",
         code="https://github.com/gmberton/deep-visual-geo-localization-benchmark",
-        metrics={"pitts30k_test/R@1": _pitts, "msls_val/R@1": _msls},
+        metrics={"pitts30k_test/R@1": pitts, "msls_val/R@1": msls},
         notes="README model zoo row 'resnet50-netvlad'; resnet50conv4 is the benchmark's ResNet cut for NetVLAD.",
-    ))
+    )
+    for tag, (data, drive_id, pitts, msls) in _RELEASES.items()
+}
+
+
+@register_model
+def netvlad_efficientnet_lite0(**kwargs: Any) -> nn.Module:
+    """NetVLAD (K = 64) on EfficientNet-Lite0 (stride 16): 64 x 112 = 7168-D."""
+    return vpr(EFFICIENTNET_LITE0, head(NetVLAD, num_clusters=64, normalize_input=True), **kwargs)
+
+
+@register_model
+def netvlad_resnet50(**kwargs: Any) -> nn.Module:
+    """NetVLAD (K = 64) on ResNet-50 conv4 (layer3, 1024 channels): 65536-D."""
+    return vpr(RESNET50_LAYER3, head(NetVLAD, num_clusters=64, normalize_input=True), **kwargs)

@@ -1,0 +1,61 @@
+"""How every entry point reports what the user got wrong: one ``error:`` line and exit status 2.
+
+Every error a user can cause derives from :class:`~aggzoo.errors.UserError`, whose message already
+says what was expected and how to fix it; :func:`reported_user_errors` catches that one base (and a
+full disk, wherever it happens). Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from aggzoo.errors import UserError
+
+__all__ = ["reported_user_errors", "user_message"]
+
+log = logging.getLogger(__name__)
+
+#: Exit status of a run stopped by a user error (as argparse and Hydra use for bad usage).
+USER_ERROR_STATUS = 2
+_DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def user_message(err: BaseException) -> str:
+    """The one line a user sees for ``err``."""
+    text = str(err)
+    # An error raised in a DataLoader worker comes back as "Caught X in DataLoader worker process N.
+    # Original Traceback ...": the last line is the original message.
+    if "Original Traceback" in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        text = last.split(": ", 1)[1] if ": " in last else last
+    return text
+
+
+@contextmanager
+def reported_user_errors() -> Iterator[None]:
+    """Print a :class:`~aggzoo.errors.UserError` as ``error: <message>`` on stderr and exit with
+    status 2. Other exceptions (bugs) propagate with their stack trace. Usage in an entry point::
+
+        with reported_user_errors():
+            train(cfg)
+    """
+    try:
+        yield
+    except UserError as err:
+        _exit(user_message(err))
+    except OSError as err:
+        if err.errno not in _DISK_FULL:
+            raise
+        # A full disk outside the checkpoint writer (logs, results, the bad-image list).
+        _exit(f"disk full while writing {err.filename or 'the run folder'} ({err.strerror}). Free some space or "
+              "write to a larger disk (paths.output_dir=...); a training run resumes with ckpt_path=last.")
+
+
+def _exit(message: str) -> None:
+    log.error("%s", message)
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(USER_ERROR_STATUS) from None

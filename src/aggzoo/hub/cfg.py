@@ -1,0 +1,172 @@
+"""What one set of weights is: where it comes from, what it expects, what it reaches.
+
+A registered architecture (``gem_efficientnet_lite0``) can have several sets of weights, each named
+by a tag (``netvlad_efficientnet_lite0.nordland_mini``, ``salad_dinov2_vitb14.official``). Each tag has
+one :class:`PretrainedCfg`: the weight source (a file shipped in ``weights/``, a URL, a Hugging Face
+repository), its sha256, the preprocessing it was trained with, the descriptor size, the recipe
+that made it, its licence and paper, and the metrics it reaches.
+
+The lowest layer of :mod:`aggzoo.hub`: nothing here touches the network or the disk, and it imports
+nothing of aggzoo (:mod:`aggzoo.hub.io` does the loading).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+__all__ = ["PretrainedCfg", "RemapFn", "split_name"]
+
+#: A named key-remapping function: ``(checkpoint state dict, target model) -> state dict in the
+#: target's key names``. It may read the target's shapes (to resample a position embedding) but
+#: never modifies the model.
+RemapFn = Callable[[Mapping[str, torch.Tensor], torch.nn.Module], dict[str, torch.Tensor]]
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    """``"salad_dinov2_vitb14.official"`` -> ``("salad_dinov2_vitb14", "official")``; no tag -> ``None``."""
+    architecture, dot, tag = name.partition(".")
+    return architecture, (tag if dot else None)
+
+
+def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class PretrainedCfg:
+    """One tag of one architecture.
+
+    Weight source (the first one that is available wins, in this order):
+        file: a file inside the repository's ``weights/`` folder (shipped with aggzoo).
+        url: a direct download URL (``https://``; ``file://`` works too), cached on first use.
+        hf_hub_id / hf_hub_filename: a file in a Hugging Face Hub repository, cached on first use.
+        download_page: a page where a person downloads the file (Google Drive links cannot be
+            fetched by a program); the loader then says where to place it.
+        filename: the file's name in the cache (default: the last part of the URL / the Hub name).
+        sha256: hex digest the file must have. ``None`` means "not pinned": only for upstream files
+            nobody on the project could download yet; the loader then prints the digest it saw.
+
+    What the file holds and how it maps onto the model:
+        contents: ``"full"`` -- every tensor of the model (strict load). ``"delta"`` -- the model is
+            built with its pretrained backbone and the file holds only the tensors that differ from
+            it (every ``head.*`` key, plus the backbone tensors training changed); backbone keys
+            absent from the file keep the pretrained backbone's values.
+        remap: the named key-remapping function for a foreign (upstream) checkpoint, or ``None``
+            when the file already uses aggzoo's names.
+        model_kwargs: arguments for the architecture's entry point that this variant needs (a
+            descriptor size, an image size), applied before the caller's own overrides.
+
+    Preprocessing: input_size ``(3, H, W)``, mean/std on 0..1 RGB, resize interpolation.
+
+    Provenance: out_dim (descriptor size), recipe (the experiment config or command that made
+    it), license, paper (title + arXiv id), code (origin repository), metrics (``"<benchmark>/R@1"``
+    -> percent, as published or as measured by the recipe), notes.
+    """
+
+    architecture: str = ""
+    tag: str = ""
+    file: str | None = None
+    url: str | None = None
+    hf_hub_id: str | None = None
+    hf_hub_filename: str | None = None
+    download_page: str | None = None
+    filename: str | None = None
+    sha256: str | None = None
+    contents: Literal["full", "delta"] = "full"
+    remap: RemapFn | None = None
+    model_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    input_size: tuple[int, int, int] = (3, 224, 224)
+    mean: tuple[float, float, float] = IMAGENET_DEFAULT_MEAN
+    std: tuple[float, float, float] = IMAGENET_DEFAULT_STD
+    interpolation: str = "bicubic"
+    out_dim: int | None = None
+    recipe: str | None = None
+    license: str | None = None
+    paper: str | None = None
+    code: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    notes: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_kwargs", _frozen(self.model_kwargs))
+        object.__setattr__(self, "metrics", _frozen(self.metrics))
+        if self.contents not in ("full", "delta"):
+            raise ValueError(f"PretrainedCfg.contents must be 'full' or 'delta', got {self.contents!r}")
+        if self.sha256 is not None and not (len(self.sha256) == 64 and set(self.sha256) <= set("0123456789abcdef")):
+            raise ValueError(f"PretrainedCfg.sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
+        if (self.hf_hub_id is None) != (self.hf_hub_filename is None):
+            raise ValueError("PretrainedCfg needs both hf_hub_id and hf_hub_filename, or neither")
+        if self.download_page is not None and self.filename is None and self.url is None and self.hf_hub_id is None:
+            raise ValueError("a PretrainedCfg with only a download_page needs the filename to place in the cache")
+
+    @property
+    def name(self) -> str:
+        """``<architecture>.<tag>``."""
+        return f"{self.architecture}.{self.tag}"
+
+    @property
+    def hf_url(self) -> str | None:
+        if self.hf_hub_id is None:
+            return None
+        return f"https://huggingface.co/{self.hf_hub_id}/resolve/main/{self.hf_hub_filename}"
+
+    @property
+    def has_weights(self) -> bool:
+        return any(x is not None for x in (self.file, self.url, self.hf_hub_id, self.download_page))
+
+    @property
+    def source(self) -> str:
+        """Where the weights come from, in words (for tables)."""
+        if self.file is not None:
+            return f"weights/{self.file}"
+        if self.hf_hub_id is not None:
+            return f"hf-hub:{self.hf_hub_id}/{self.hf_hub_filename}"
+        if self.url is not None:
+            return self.url
+        if self.download_page is not None:
+            return f"{self.download_page} (manual download)"
+        return "(no weights)"
+
+    @property
+    def remap_name(self) -> str | None:
+        if self.remap is None:
+            return None
+        return f"{self.remap.__module__}.{self.remap.__qualname__}"
+
+    def with_names(self, architecture: str, tag: str) -> PretrainedCfg:
+        return replace(self, architecture=architecture, tag=tag)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PretrainedCfg:
+        """The preprocessing and provenance fields of a :meth:`to_dict` (a saved folder's
+        ``config.json``); weight sources and the remapping function are never read from a file."""
+        keep = {"architecture", "tag", "model_kwargs", "input_size", "mean", "std", "interpolation", "out_dim",
+                "recipe", "license", "paper", "code", "metrics", "notes"}
+        values = {k: v for k, v in data.items() if k in keep and v is not None}
+        for key in ("input_size", "mean", "std"):
+            if key in values:
+                values[key] = tuple(values[key])
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (the remapping function by its dotted name)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "remap":
+                value = self.remap_name
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        out["name"] = self.name
+        out["source"] = self.source
+        return out
+

@@ -1,0 +1,606 @@
+"""Safe file IO of :mod:`aggzoo.hub`: the one checkpoint reader, the download cache, saved folders.
+
+Safe by construction:
+
+- Nothing is unpickled with code execution. ``.safetensors`` files hold only tensors; anything else
+  is read with ``torch.load(..., weights_only=True)``, whose unpickler refuses every global outside
+  torch's tensor types (plus the numpy scalar types some training scripts store), so a pickle whose
+  ``__reduce__`` would run code is rejected before anything runs (:class:`UnsafeCheckpointError`).
+- A file whose sha256 differs from the pinned digest is refused before it is parsed
+  (:class:`ChecksumMismatchError`).
+- Loading is strict: missing, unexpected and wrongly shaped keys are reported by name
+  (:class:`StateDictMismatchError`); a foreign checkpoint goes through a *named* remapping
+  function (declared in the method's ``aggzoo.zoo`` file) and is then loaded just as strictly.
+- The model a file describes (a training checkpoint's or a saved folder's spec) is validated by
+  :func:`aggzoo.hub.builder.normalise_spec` as it is read: a spec naming anything but aggzoo's own
+  model classes is refused here, before any model is built.
+
+Where files live:
+
+- ``weights/`` (or ``$AGGZOO_WEIGHTS_DIR``): weights shipped with aggzoo, listed in
+  ``weights/manifest.json``; the package reaches it as ``aggzoo/weights`` (a link in a checkout, a
+  copy inside an installed wheel).
+- ``$AGGZOO_CACHE`` (default ``$XDG_CACHE_HOME/aggzoo`` or ``~/.cache/aggzoo``): downloads, one
+  folder per model name. On an offline machine (or with ``AGGZOO_OFFLINE=1``) nothing is
+  downloaded; the error names the URL and the exact path to place the file at.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from aggzoo.errors import (
+    CheckpointError,
+    ChecksumMismatchError,
+    ConfigError,
+    ConversionError,
+    StateDictMismatchError,
+    UnsafeCheckpointError,
+    WeightsUnavailableError,
+)
+from aggzoo.hub.builder import normalise_spec
+from aggzoo.hub.cfg import PretrainedCfg
+from aggzoo.hub.remap import show_keys, strip_prefix
+
+__all__ = [
+    "CONFIG_FILE",
+    "SPEC_KEY",
+    "WEIGHTS_FILE",
+    "CheckpointFile",
+    "LoadReport",
+    "cache_dir",
+    "download",
+    "fetch_weights",
+    "hf_hub_folder",
+    "load_checkpoint",
+    "load_into",
+    "load_pretrained",
+    "read_checkpoint",
+    "read_local_dir",
+    "save_pretrained",
+    "sha256_of",
+    "unwrap_checkpoint",
+    "weights_dir",
+]
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+_CONFIG_FORMAT = "aggzoo.save_pretrained/1"
+#: Where a checkpoint of the training pipeline keeps the backbone + head spec that rebuilds its
+#: model, and where save_pretrained's safetensors metadata does.
+SPEC_KEY = "aggzoo_model_config"
+_OFFLINE_ENV = ("AGGZOO_OFFLINE", "HF_HUB_OFFLINE")
+_DOWNLOAD_TIMEOUT_S = 60.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Locations
+
+
+def weights_dir() -> Path:
+    """The folder of shipped weights: ``$AGGZOO_WEIGHTS_DIR``, else the package's ``weights``: in a
+    checkout a link to the repository's ``weights/``, in an installed wheel a copy of it."""
+    env = os.environ.get("AGGZOO_WEIGHTS_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).parent.parent / "weights"
+
+
+def cache_dir() -> Path:
+    """The download cache: ``$AGGZOO_CACHE``, else ``$XDG_CACHE_HOME/aggzoo``, else ``~/.cache/aggzoo``."""
+    env = os.environ.get("AGGZOO_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "aggzoo"
+
+
+def _offline() -> bool:
+    return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on") for name in _OFFLINE_ENV)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading files safely
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_sha256(path: Path, expected: str | None) -> None:
+    """Refuse ``path`` unless its sha256 is ``expected`` (nothing is read when nothing is pinned)."""
+    if expected is None:
+        return
+    actual = sha256_of(path)
+    if actual != expected:
+        raise ChecksumMismatchError(
+            f"{path} has sha256 {actual}, expected {expected}. The file is corrupt, truncated or not the "
+            "published one; it was not loaded. Delete it and fetch it again."
+        )
+
+
+def _is_safetensors(path: Path) -> bool:
+    # A safetensors file is an 8-byte little-endian header length followed by a JSON header.
+    with path.open("rb") as file:
+        head = file.read(9)
+    return len(head) == 9 and head[8:9] == b"{"
+
+
+def _numpy_scalar_globals() -> list[Any]:
+    """numpy's scalar reconstructors: training scripts store metrics (``best_r5``) as numpy
+    floats next to the weights. They rebuild a number from a dtype and raw bytes; nothing else."""
+    found: list[Any] = [np.dtype]
+    for module_name in ("numpy._core.multiarray", "numpy.core.multiarray"):
+        try:
+            module = __import__(module_name, fromlist=["scalar"])
+        except ImportError:
+            continue
+        found.append(module.scalar)
+    found.extend(type(np.dtype(code)) for code in "?bhilqBHILQefdgFDG")
+    return found
+
+
+def _torch_load_weights_only(path: Path) -> Any:
+    try:
+        with torch.serialization.safe_globals(_numpy_scalar_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first = str(error).splitlines()[0] if str(error) else ""
+        if "weights only" not in first.lower() and "global" not in str(error).lower():
+            # Not a refusal of code: the bytes are not a pickle at all (random data, another format).
+            raise CheckpointError(f"{path} is corrupt or not a PyTorch checkpoint ({first[:200]})") from None
+        raise UnsafeCheckpointError(
+            f"{path} was refused: loading it would need to import or call code outside torch's tensor "
+            f"types ({_unsafe_reason(str(error))}). aggzoo only reads tensors (torch.load(weights_only=True) "
+            "or safetensors) and never runs code from a checkpoint. If you trust the file, re-save its "
+            "state dict with torch.save(state_dict) or safetensors."
+        ) from None
+    except (RuntimeError, EOFError, ValueError, OSError) as error:
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        if path.stat().st_size == 0:
+            reason = "the file is empty"
+        raise CheckpointError(f"{path} is truncated, corrupt or not a checkpoint ({reason}); "
+                              "fetch or copy it again") from None
+
+
+def _unsafe_reason(message: str) -> str:
+    """The global torch refused, without torch's advice to retry with ``weights_only=False``
+    (the one thing never to do with a file that asks for code)."""
+    for line in message.splitlines():
+        if "GLOBAL" in line or "Unsupported global" in line:
+            return line.strip().rstrip(".")[:300]
+    return "a pickled object that is not a tensor"
+
+
+# Containers that training scripts wrap a state dict in, most specific first: Lightning saves
+# {"state_dict": ...}; the deep-visual-geo-localization-benchmark family (ImAge, EDTformer,
+# CricaVPR) saves {"model_state_dict": ...}; several others save {"model": ...}.
+_CONTAINER_KEYS = ("state_dict", "model_state_dict", "model")
+_DATA_PARALLEL = "module."
+# A LightningModule of our own pipeline holds the VPRModel as ``self.model``.
+_LIGHTNING_MODEL = "model."
+_OUR_ROOTS = ("backbone.", "head.")
+
+
+def _is_state_dict(obj: object) -> bool:
+    return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, Tensor) for v in obj.values())
+
+
+def unwrap_checkpoint(obj: object) -> dict[str, Tensor]:
+    """The state dict inside whatever a training script saved.
+
+    Accepts a raw state dict, Lightning's ``{"state_dict": ...}``, ``{"model_state_dict": ...}``
+    and ``{"model": ...}``; removes the ``module.`` prefix ``nn.DataParallel`` adds; and, for a
+    checkpoint of aggzoo's own Lightning module (keys ``model.backbone.*`` / ``model.head.*``),
+    keeps the model's keys without the ``model.`` prefix (loss or metric state is dropped).
+    """
+    found = obj
+    if not _is_state_dict(found):
+        if not isinstance(found, Mapping):
+            raise ConversionError(f"expected a state dict (a mapping of names to tensors), got {type(found).__name__}")
+        for key in _CONTAINER_KEYS:
+            if key in found and _is_state_dict(found[key]):
+                found = found[key]
+                break
+        else:
+            raise ConversionError(
+                "expected a state dict, or a dict holding one under one of "
+                f"{list(_CONTAINER_KEYS)}; this checkpoint's top-level keys are {show_keys(map(str, found))}"
+            )
+    state = dict(found)
+    if all(k.startswith(_DATA_PARALLEL) for k in state):
+        state = strip_prefix(state, _DATA_PARALLEL)
+    if any(k.startswith(_LIGHTNING_MODEL + root) for k in state for root in _OUR_ROOTS):
+        state = {k[len(_LIGHTNING_MODEL):]: v for k, v in state.items() if k.startswith(_LIGHTNING_MODEL)}
+    return state
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """What :func:`read_checkpoint` found in a file.
+
+    Attributes:
+        path: the file.
+        contents: the object as stored: the top-level mapping of a ``torch.save`` file (a
+            Lightning checkpoint: ``state_dict``, ``epoch``, callback states...), the tensors of a
+            safetensors file.
+        spec: the model spec the file records (a training checkpoint's ``aggzoo_model_config``, a
+            saved folder's safetensors metadata), already validated by
+            :func:`~aggzoo.hub.builder.normalise_spec`; ``None`` when it records none.
+    """
+
+    path: Path
+    contents: Any
+    spec: dict[str, Any] | None
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The model's state dict, unwrapped (:func:`unwrap_checkpoint`)."""
+        try:
+            return unwrap_checkpoint(self.contents)
+        except ConversionError as error:
+            raise CheckpointError(f"{self.path}: {error}") from None
+
+    def require_spec(self) -> dict[str, Any]:
+        """:attr:`spec`, or an error saying how to name the model instead."""
+        if self.spec is None:
+            raise CheckpointError(
+                f"{self.path} does not say which model it holds (no {SPEC_KEY!r}); name the architecture "
+                "instead: aggzoo.create_model('<head>_<backbone>', checkpoint_path=...)")
+        return self.spec
+
+
+def read_checkpoint(path: str | os.PathLike, *, sha256: str | None = None) -> CheckpointFile:
+    """Read a checkpoint file without running any code from it: the one reader of every path that
+    turns a file into a model (``create_model``, ``eval.py``, ``train.py ckpt_path=``, export,
+    ``manifest``).
+
+    The sha256 is checked first (when given). Safetensors files are recognised by content;
+    everything else goes through ``torch.load(weights_only=True)``. A recorded model spec is
+    validated against the builder's allowlist here, so a file naming any other code is refused
+    (:class:`~aggzoo.errors.UnsafeSpecError`) before anything is built.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file (a folder written by "
+                              "save_pretrained loads as local-dir:<folder>; a run folder resumes with ckpt_path=<run>)")
+    if not path.is_file():
+        raise WeightsUnavailableError(f"checkpoint file not found: {path}")
+    _check_sha256(path, sha256)
+    spec: Any = None
+    if _is_safetensors(path):
+        try:
+            contents: Any = load_file(str(path), device="cpu")
+            with safe_open(str(path), framework="pt") as file:
+                text = (file.metadata() or {}).get(SPEC_KEY)
+        except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+            raise CheckpointError(f"{path} is not a valid safetensors file ({error}); fetch or copy it again") from None
+        try:
+            spec = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            raise CheckpointError(f"{path}: its {SPEC_KEY!r} metadata is not valid JSON") from None
+    else:
+        contents = _torch_load_weights_only(path)
+        spec = contents.get(SPEC_KEY) if isinstance(contents, Mapping) else None
+    return CheckpointFile(path, contents, None if spec is None else normalise_spec(spec, where=str(path)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Downloading into the cache
+
+
+def download(url: str, destination: Path, *, sha256: str | None, name: str) -> Path:
+    """Download ``url`` to ``destination`` (atomically), checking ``sha256`` before the file is kept."""
+    if _offline():
+        raise WeightsUnavailableError(_offline_message(name, url, destination, sha256, "offline mode is set"))
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(dir=destination.parent, prefix=destination.name + ".", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:
+            shutil.copyfileobj(response, out)
+        _check_sha256(tmp, sha256)
+        os.replace(tmp, destination)
+    except (urllib.error.URLError, OSError) as error:
+        tmp.unlink(missing_ok=True)
+        if isinstance(error, WeightsUnavailableError):
+            raise
+        raise WeightsUnavailableError(_offline_message(name, url, destination, sha256, str(error))) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return destination
+
+
+def _offline_message(name: str, url: str, destination: Path, sha256: str | None, reason: str) -> str:
+    pin = f" (sha256 {sha256})" if sha256 else ""
+    return (
+        f"weights for {name} are not available here and could not be downloaded ({reason}).\n"
+        f"  Download:  {url}\n"
+        f"  Place at:  {destination}{pin}\n"
+        "Then call again (the cache folder can be moved with AGGZOO_CACHE)."
+    )
+
+
+def _url_filename(url: str) -> str:
+    return Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name or "weights.bin"
+
+
+def fetch_weights(cfg: PretrainedCfg) -> Path:
+    """A local path holding the weights of ``cfg``: the shipped file, the cached download, or a
+    fresh download (Hugging Face Hub first, then the URL). The sha256 is checked on every use."""
+    if cfg.file is not None:
+        path = weights_dir() / cfg.file
+        if not path.is_file():
+            raise WeightsUnavailableError(
+                f"{cfg.name} ships as {cfg.file} in the weights folder, but {path} does not exist. In a "
+                "checkout, restore it with `git checkout -- weights/`; elsewhere set AGGZOO_WEIGHTS_DIR to "
+                "a folder holding it."
+            )
+        _check_sha256(path, cfg.sha256)
+        return path
+    folder = cache_dir() / cfg.name
+    # (url, file name in the cache); one cache folder per model name, so names never collide.
+    sources = [(url, cfg.filename or filename or _url_filename(url))
+               for url, filename in ((cfg.hf_url, cfg.hf_hub_filename), (cfg.url, None)) if url is not None]
+    manual = cfg.filename or (sources[0][1] if sources else None)
+    candidates = [name for _, name in sources] + ([manual] if cfg.download_page and manual else [])
+    for filename in dict.fromkeys(candidates):
+        cached = folder / filename
+        if cached.is_file():
+            _check_sha256(cached, cfg.sha256)
+            _warn_unpinned(cfg, cached)
+            return cached
+    if not sources and cfg.download_page is None:
+        raise WeightsUnavailableError(f"{cfg.name} has no weights source (file, url, hf_hub_id or download_page)")
+    errors: list[str] = []
+    for url, filename in sources:
+        try:
+            path = download(url, folder / filename, sha256=cfg.sha256, name=cfg.name)
+        except WeightsUnavailableError as error:
+            errors.append(str(error))
+            continue
+        _warn_unpinned(cfg, path)
+        return path
+    if cfg.download_page is not None:
+        pin = f" (sha256 {cfg.sha256})" if cfg.sha256 else ""
+        errors.append(
+            f"weights for {cfg.name} cannot be downloaded by a program.\n"
+            f"  Download:  {cfg.download_page}\n"
+            f"  Place at:  {folder / manual}{pin}\n"
+            "Then call again (the cache folder can be moved with AGGZOO_CACHE)."
+        )
+    raise WeightsUnavailableError("\n".join(errors))
+
+
+def _warn_unpinned(cfg: PretrainedCfg, path: Path) -> None:
+    if cfg.sha256 is None:
+        warnings.warn(
+            f"{cfg.name}: no sha256 is pinned for {path.name}; this copy has sha256 {sha256_of(path)}. "
+            "Compare it with a trusted copy (and pin it in the registry).",
+            stacklevel=3,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Putting a state dict into a model
+
+
+@dataclass
+class LoadReport:
+    """What a load did. ``kept`` lists model keys the file did not hold and that kept their value
+    on purpose (``contents="delta"``: the pretrained backbone's tensors; ``num_batches_tracked``
+    counters older checkpoints lack)."""
+
+    loaded: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def describe(self, limit: int = 20) -> str:
+        def show(items: list[Any]) -> str:
+            text = ", ".join(str(i) for i in items[:limit])
+            return text + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+        parts = []
+        if self.missing:
+            parts.append(f"missing keys (in the model, not in the checkpoint): {show(self.missing)}")
+        if self.unexpected:
+            parts.append(f"unexpected keys (in the checkpoint, not in the model): {show(self.unexpected)}")
+        if self.mismatched:
+            rows = [f"{k} checkpoint {tuple(a)} vs model {tuple(b)}" for k, a, b in self.mismatched]
+            parts.append(f"shape mismatches: {show(rows)}")
+        return "; ".join(parts) if parts else f"all {len(self.loaded)} tensors loaded"
+
+
+_COUNTER = "num_batches_tracked"
+
+
+def load_into(
+    model: nn.Module,
+    state: Mapping[str, Tensor],
+    *,
+    strict: bool = True,
+    keep_missing_under: tuple[str, ...] = (),
+    what: str = "checkpoint",
+) -> LoadReport:
+    """Copy ``state`` into ``model``, reporting keys by name.
+
+    Args:
+        strict: raise :class:`StateDictMismatchError` on any missing, unexpected or mismatched key.
+        keep_missing_under: key prefixes whose absence from ``state`` is expected (they keep the
+            model's current values, e.g. ``("backbone.",)`` for a delta checkpoint).
+        what: the checkpoint's name for messages.
+    """
+    own = model.state_dict()
+    report = LoadReport()
+    to_load: dict[str, Tensor] = {}
+    for key, tensor in state.items():
+        if key not in own:
+            report.unexpected.append(key)
+        elif tuple(own[key].shape) != tuple(tensor.shape):
+            report.mismatched.append((key, tuple(tensor.shape), tuple(own[key].shape)))
+        else:
+            to_load[key] = tensor
+    for key in own:
+        if key in state:
+            continue
+        if key.endswith(_COUNTER) or key.startswith(keep_missing_under):
+            report.kept.append(key)
+        else:
+            report.missing.append(key)
+    if strict and not report.ok:
+        raise StateDictMismatchError(f"cannot load {what} into {type(model).__name__}: {report.describe()}")
+    with torch.no_grad():
+        for key, tensor in to_load.items():
+            own[key].copy_(tensor)
+    report.loaded = list(to_load)
+    return report
+
+
+def load_checkpoint(
+    model: nn.Module,
+    path: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    remap: Any = None,
+    contents: str = "full",
+    strict: bool = True,
+) -> LoadReport:
+    """Read a checkpoint file safely (:func:`read_checkpoint`), remap its keys (the named function of
+    the method's zoo file, or ``None`` for aggzoo's own names) and load it strictly into ``model``."""
+    state = read_checkpoint(path, sha256=sha256).state_dict()
+    if remap is not None:
+        try:
+            state = remap(state, model)
+        except ConversionError as error:
+            raise StateDictMismatchError(f"{path}: {error}") from None
+    keep = ("backbone.",) if contents == "delta" else ()
+    return load_into(model, state, strict=strict, keep_missing_under=keep, what=str(path))
+
+
+def load_pretrained(model: nn.Module, cfg: PretrainedCfg, *, strict: bool = True) -> LoadReport:
+    """Fetch the weights of ``cfg`` (shipped file, cache or download) and load them into ``model``."""
+    path = fetch_weights(cfg)
+    return load_checkpoint(model, path, sha256=cfg.sha256, remap=cfg.remap, contents=cfg.contents, strict=strict)
+
+
+# ---------------------------------------------------------------------------------------------
+# save_pretrained / local folders
+
+
+def save_pretrained(
+    model: nn.Module,
+    directory: str | os.PathLike,
+    *,
+    spec: Mapping[str, Any] | None = None,
+    pretrained_cfg: PretrainedCfg | None = None,
+) -> Path:
+    """Write ``model`` as ``<directory>/model.safetensors`` plus ``config.json``, readable back with
+    ``aggzoo.create_model("local-dir:<directory>")``.
+
+    Args:
+        model: a :class:`~aggzoo.models.VPRModel`.
+        spec: how to rebuild it -- ``{"backbone": {"_target_": ..., <kwargs>}, "head": {"_target_":
+            ..., <kwargs>}}``, the same shape as the Hydra ``conf/backbone`` and ``conf/head`` files.
+            Defaults to the spec ``create_model`` recorded on the model (``model.aggzoo_spec``).
+        pretrained_cfg: preprocessing and provenance to record (defaults to ``model.pretrained_cfg``).
+
+    All tensors are saved (the backbone's ``pretrained`` flag is cleared in the saved spec: the
+    weights come from the file).
+    """
+    spec = spec if spec is not None else getattr(model, "aggzoo_spec", None)
+    if spec is None:
+        raise ConfigError(
+            "save_pretrained needs to know how to rebuild this model: it was not built by "
+            "aggzoo.create_model, so pass spec={'backbone': {...}, 'head': {...}} (the contents of the "
+            "Hydra conf/backbone and conf/head entries it was built from)."
+        )
+    spec = normalise_spec(spec)
+    spec["backbone"]["pretrained"] = False
+    cfg = pretrained_cfg if pretrained_cfg is not None else getattr(model, "pretrained_cfg", None)
+    out_dim = getattr(model, "out_dim", None)
+    config: dict[str, Any] = {
+        "format": _CONFIG_FORMAT,
+        "architecture": getattr(model, "aggzoo_architecture", None),
+        "spec": spec,
+        "out_dim": out_dim,
+        "pretrained_cfg": _cfg_for_json(cfg) if cfg is not None else None,
+    }
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    # Clones: safetensors refuses tensors that share storage, and a state dict may hold views.
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": _CONFIG_FORMAT, SPEC_KEY: json.dumps(spec)})
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return directory
+
+
+def _cfg_for_json(cfg: PretrainedCfg) -> dict[str, Any]:
+    data = cfg.to_dict()
+    # The saved folder is its own weight source: do not point readers back at the original file.
+    for key in ("file", "url", "hf_hub_id", "hf_hub_filename", "sha256", "remap", "contents"):
+        data.pop(key, None)
+    return data
+
+
+def read_local_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], Path]:
+    """``(config, weights path)`` of a folder written by :func:`save_pretrained`."""
+    directory = Path(directory)
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    for needed in (config_path, weights_path):
+        if not needed.is_file():
+            raise WeightsUnavailableError(
+                f"{directory} is not a folder written by aggzoo.save_pretrained: {needed.name} is missing "
+                f"(expected {CONFIG_FILE} and {WEIGHTS_FILE})"
+            )
+    try:
+        config = json.loads(config_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{config_path} is not valid JSON ({error}); fetch or copy the folder again") from None
+    if not isinstance(config, dict) or config.get("format") != _CONFIG_FORMAT:
+        found = config.get("format") if isinstance(config, dict) else type(config).__name__
+        raise CheckpointError(f"{config_path}: unknown format {found!r}, expected {_CONFIG_FORMAT!r}")
+    config["spec"] = normalise_spec(config.get("spec"), where=str(config_path))
+    return config, weights_path
+
+
+def hf_hub_folder(repo: str) -> Path:
+    """Download (once) a save_pretrained folder from the Hugging Face Hub into the cache."""
+    repo = repo.strip("/")
+    if repo.count("/") != 1:
+        raise ConfigError(f"hf-hub names read 'hf-hub:<owner>/<repo>', got {repo!r}")
+    folder = cache_dir() / "hf-hub" / repo.replace("/", "--")
+    for filename in (CONFIG_FILE, WEIGHTS_FILE):
+        target = folder / filename
+        if not target.is_file():
+            url = f"https://huggingface.co/{repo}/resolve/main/{filename}"
+            download(url, target, sha256=None, name=f"hf-hub:{repo}")
+    return folder

@@ -1,0 +1,139 @@
+"""Typed schemas of the top-level ``train.yaml`` / ``eval.yaml`` keys (Hydra structured configs).
+
+Hydra already rejects a misspelt key (``trainer.max_epoch=3``, ``evaluate_baselin=false``): the
+composed config is in struct mode, so only ``+key=value`` adds a key. What it cannot catch without a
+schema is a wrong *type*: ``evaluate_baseline=maybe`` would be a truthy string, ``seed=abc`` would
+fail deep inside Lightning. The dataclasses below type the scalar keys; the config groups
+(``backbone``, ``head``, ``trainer``, ...) stay free-form (``Any``) because their keys are the
+constructor arguments of their ``_target_``.
+
+The schemas are registered in Hydra's ConfigStore as ``aggzoo_schema/train`` and
+``aggzoo_schema/eval`` (package ``_global_``) and listed first in the defaults of ``train.yaml`` and
+``eval.yaml`` as ``optional``: a bad override then fails at composition, naming the key. The schema
+nodes are not in struct mode themselves, so a key added to a YAML file without a schema entry still
+composes; only typed keys are checked. :func:`validate_config` applies the same schema to an
+already composed config (the pipeline calls it, so configs composed without the registration are
+checked too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from aggzoo.errors import ConfigError
+
+__all__ = ["BadImages", "CheckImages", "TrainSchema", "EvalSchema", "register_schemas",
+           "validate_config"]
+
+SCHEMA_GROUP = "aggzoo_schema"
+
+
+
+
+class BadImages(str, Enum):
+    """What to do with an unreadable image: stop (``fail``) or skip and list it (``skip``)."""
+
+    fail = "fail"
+    skip = "skip"
+
+
+class CheckImages(str, Enum):
+    """How the benchmark images are scanned before a job starts."""
+
+    none = "none"
+    header = "header"
+    full = "full"
+
+
+@dataclass
+class DataSchema:
+    places_per_batch: int = 32
+    image_size: list[int] = field(default_factory=lambda: [320, 320])
+    eval_image_size: list[int] = field(default_factory=lambda: [320, 320])
+    augment_strength: float = 1.0
+    num_workers: int = 0
+    train: Any = None
+
+
+@dataclass
+class TrainerSchema:
+    max_epochs: int = 1
+
+
+@dataclass
+class TrainSchema:
+    task_name: str = "train"
+    seed: int = 0
+    ckpt_path: Optional[str] = None
+    evaluate_baseline: bool = True
+    recall_ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
+    eval_batch_size: int = 64
+    num_workers: int = 0
+    bad_images: BadImages = BadImages.skip
+    check_images: CheckImages = CheckImages.header
+
+
+@dataclass
+class _TrainRuntimeSchema(TrainSchema):
+    # Nested typed nodes are checked by validate_config only: inside Hydra's composition a nested
+    # dataclass node would reject the keys its group YAML adds (trainer._target_, ...).
+    data: DataSchema = field(default_factory=DataSchema)
+    trainer: TrainerSchema = field(default_factory=TrainerSchema)
+
+
+@dataclass
+class EvalSchema:
+    task_name: str = "eval"
+    ckpt_path: Optional[str] = None
+    image_size: list[int] = field(default_factory=lambda: [320, 320])
+    recall_ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
+    eval_batch_size: int = 64
+    num_workers: int = 0
+    bad_images: BadImages = BadImages.fail
+    check_images: CheckImages = CheckImages.header
+
+
+_SCHEMAS = {"train": TrainSchema, "eval": EvalSchema}
+_RUNTIME_SCHEMAS = {"train": _TrainRuntimeSchema, "eval": EvalSchema}
+
+
+def _lenient(schema: type) -> DictConfig:
+    """The schema as a config whose typed keys are checked and whose unknown keys are accepted."""
+    node = OmegaConf.structured(schema)
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        OmegaConf.set_struct(current, False)
+        stack += [c for k in current if isinstance(c := current._get_node(k), DictConfig)]
+    return node
+
+
+def register_schemas() -> None:
+    """Store the schemas in Hydra's ConfigStore (``aggzoo_schema/train``, ``aggzoo_schema/eval``)."""
+    store = ConfigStore.instance()
+    for name, schema in _SCHEMAS.items():
+        store.store(group=SCHEMA_GROUP, name=name, node=_lenient(schema), package="_global_")
+
+
+def validate_config(cfg: DictConfig, kind: str) -> None:
+    """Check the typed keys of a composed ``train`` / ``eval`` config; raises one
+    :class:`ConfigError` naming the key, the value and the expected type."""
+    node = _lenient(_RUNTIME_SCHEMAS[kind])
+    try:
+        # As plain data: a config composed on top of the registered schema is typed TrainSchema,
+        # which OmegaConf would not merge into the (unrelated) runtime schema.
+        OmegaConf.merge(node, OmegaConf.to_container(cfg, resolve=False, enum_to_str=True))
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        reason = " ".join(str(getattr(err, "msg", err)).split("full_key:")[0].split())
+        raise ConfigError(f"config key {key!r}: {reason}. Fix the override or the YAML "
+                         f"(see conf/{kind}.yaml and aggzoo/config_schema.py for the expected types)") from None
+
+
+register_schemas()

@@ -1,0 +1,328 @@
+"""``train(cfg)`` and ``evaluate(cfg)``: the two jobs, importable and testable without ``@hydra.main``.
+
+The entry points ``train.py`` / ``eval.py`` only compose the config and call these.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as L
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.data.transforms import eval_transform, train_transform
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmarks
+from aggzoo.evaluation.report import format_table, write_json
+from aggzoo.evaluation.protocol import protocol_transform
+from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
+from aggzoo.hub.factory import create_model
+from aggzoo.hub.io import SPEC_KEY
+from aggzoo.models.input_size import size_multiple
+from aggzoo.models.vpr_model import VPRModel
+from aggzoo.run.preflight import (
+    EvaluationGuard,
+    after_training,
+    before_training,
+    build_model_checked,
+    check_config,
+    result_notes,
+)
+from aggzoo.training.callbacks import UntrainedBaseline
+from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
+from aggzoo.training.datamodule import VPRDataModule
+from aggzoo.training.module import VPRLightningModule
+from aggzoo.training.timing import StepTimer
+
+__all__ = ["TrainingParts", "build_training", "compose_run_config", "evaluate", "load_benchmarks", "model_spec",
+           "train"]
+
+log = logging.getLogger(__name__)
+
+def model_spec(cfg: DictConfig) -> dict[str, Any]:
+    """The model spec of a run config: its ``backbone`` and ``head`` nodes, resolved to plain data
+    (built by :func:`aggzoo.hub.builder.build_model`, stored in every checkpoint)."""
+    return {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
+            "head": OmegaConf.to_container(cfg.head, resolve=True)}
+
+
+def _normalisation(model: VPRModel) -> dict[str, Any]:
+    cfg = getattr(model.backbone, "pretrained_cfg", {}) or {}
+    return {"mean": tuple(cfg.get("mean", IMAGENET_DEFAULT_MEAN)), "std": tuple(cfg.get("std", IMAGENET_DEFAULT_STD))}
+
+
+def _evaluate_all(model: VPRModel, sets: Mapping[str, RetrievalSet], transform: Any, cfg: DictConfig,
+                  device: torch.device) -> list[RetrievalResult]:
+    return [evaluate_retrieval(model, retrieval_set, transform, ks=tuple(cfg.recall_ks),
+                               batch_size=cfg.eval_batch_size, num_workers=cfg.num_workers, device=device)
+            for retrieval_set in sets.values()]
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class _ModelConfigInCheckpoint(L.Callback):
+    """Stores the backbone + head config in every checkpoint, so ``eval.py ckpt_path=...`` and
+    the hub API rebuild the model without being told its architecture again."""
+
+    def __init__(self, model_cfg: dict[str, Any]) -> None:
+        self.model_cfg = model_cfg
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        checkpoint[SPEC_KEY] = self.model_cfg
+
+
+@dataclass
+class TrainingParts:
+    """What :func:`build_training` assembles from a train config."""
+
+    model: VPRModel
+    module: VPRLightningModule
+    datamodule: VPRDataModule
+    test_sets: dict[str, RetrievalSet]
+    test_transform: Any
+
+
+def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) -> TrainingParts:
+    """Model, LightningModule and data module of a train config (no trainer, no callbacks): what
+    :func:`train` runs, and what ``benchmarks/train_throughput.py`` times against a plain loop."""
+    model = build_model_checked(model_cfg if model_cfg is not None else model_spec(cfg))
+    norm = _normalisation(model)
+    data = cfg.data
+    # A recipe may name its own augmentation (data.augmentation, e.g. RandAugment); else the default.
+    augmentation = instantiate(data.augmentation) if data.get("augmentation") else None
+    augment = (augmentation(data.image_size, **norm) if augmentation is not None
+               else train_transform(data.image_size, **norm, strength=data.augment_strength))
+    train_dataset = instantiate(data.train)(transform=augment)
+    test_transform = eval_transform(data.eval_image_size, **norm)
+    val_sets = load_benchmarks(cfg.get("val_benchmarks"))
+    test_sets = load_benchmarks(cfg.get("test_benchmarks"))
+    datamodule = VPRDataModule(train_dataset=train_dataset, val_sets=val_sets, eval_transform=test_transform,
+                               places_per_batch=data.places_per_batch, num_workers=data.num_workers,
+                               eval_batch_size=cfg.eval_batch_size, seed=cfg.seed)
+    options = cfg.model
+    compile_option = options.get("compile", False)
+    module = VPRLightningModule(
+        model, loss=instantiate(cfg.loss), optimizer=instantiate(cfg.optimizer),
+        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        lr_multipliers=options.lr_multipliers, no_weight_decay=options.no_weight_decay,
+        val_sets={name: (s.num_database, s.positives) for name, s in val_sets.items()},
+        recall_ks=cfg.recall_ks, head_fp32=options.get("head_fp32", False),
+        gather_loss=options.get("gather_loss", True),
+        gradient_checkpointing=options.get("gradient_checkpointing", False),
+        compile=OmegaConf.to_container(compile_option) if isinstance(compile_option, DictConfig) else bool(compile_option))
+    return TrainingParts(model, module, datamodule, test_sets, test_transform)
+
+
+def compose_run_config(config_dir: str | Path, name: str, overrides: Sequence[str],
+                       output_dir: str | Path) -> DictConfig:
+    """``<config_dir>/<name>.yaml`` with ``overrides``, composed as ``@hydra.main`` does, for calling
+    :func:`train` / :func:`evaluate` from Python (tests, benchmarks, notebooks).
+
+    ``${hydra:...}`` interpolations resolve as in a run; the run folder is ``output_dir`` and
+    ``paths.root_dir`` the folder that holds ``config_dir``; the ``hydra`` node is then dropped.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    config_dir = Path(config_dir).resolve()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(config_dir), version_base="1.3"):
+        cfg = compose(name, overrides=list(overrides), return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+        cfg.paths.root_dir = str(config_dir.parent)
+        del cfg.hydra
+    return cfg
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train ``cfg.backbone`` + ``cfg.head`` on ``cfg.data``, validate on ``cfg.val_benchmarks``
+    each epoch, then evaluate the best checkpoint and the untrained model on ``cfg.test_benchmarks``.
+
+    ``ckpt_path`` (``last``, a run folder or a ``.ckpt`` file) resumes a run in its own folder,
+    with its optimiser, scheduler, sampler position and RNG streams. The run folder receives
+    ``checkpoints/``, logs, ``test_results.json`` and ``run_summary.json`` (read by
+    ``python -m aggzoo.run.collect_runs``).
+
+    Returns a dict with the trainer, the best checkpoint path and the test results.
+    """
+    started = time.perf_counter()
+    check_config(cfg, "train")
+    L.seed_everything(cfg.seed, workers=True)
+    model_cfg = model_spec(cfg)
+    ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), search_root=Path(cfg.paths.log_dir) / str(cfg.task_name),
+                                  own_dir=Path(cfg.paths.output_dir))
+    if ckpt_path is not None and (resumed_dir := run_dir_of(ckpt_path)) is not None:
+        # Continue in the interrupted run's folder: its checkpoint callback state (best model) stays
+        # valid and the run keeps one folder of checkpoints and results.
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(resumed_dir)
+        log.info("resuming %s in %s", ckpt_path, resumed_dir)
+    parts = build_training(cfg, model_cfg)
+    image_policy = before_training(cfg, parts)  # bad_images policy + preflight checks, before any training
+    model, module, datamodule = parts.model, parts.module, parts.datamodule
+    test_sets, test_transform, data = parts.test_sets, parts.test_transform, cfg.data
+    if ckpt_path is not None:
+        check_checkpoint_matches(ckpt_path, module, model_cfg)
+
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    callbacks.append(_ModelConfigInCheckpoint(model_cfg))
+    timer = StepTimer()
+    callbacks.append(timer)
+    baseline = UntrainedBaseline(test_sets, test_transform, recall_ks=tuple(cfg.recall_ks),
+                                 batch_size=cfg.eval_batch_size, num_workers=data.num_workers)
+    if cfg.evaluate_baseline and test_sets:
+        callbacks.append(baseline)
+    loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values() if lg is not None]
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
+    except SIGTERMException:
+        # GracefulInterrupt has saved the checkpoint; report it, then exit as a terminated process does.
+        after_training(trainer, image_policy)
+        raise SystemExit(128 + signal.SIGTERM) from None
+    best = _best_checkpoint(trainer)
+    results: dict[str, Any] = {"best_checkpoint": str(best) if best else None, "trainer": trainer}
+    results.update(after_training(trainer, image_policy))  # skipped images; a Ctrl-C stop skips the tests
+    if "interrupted" in results:
+        return results
+    if not trainer.is_global_zero:  # rank 0 alone evaluates the test sets and writes the results
+        return results
+    if best is not None:
+        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+        module.load_state_dict(state)
+    out_dir = Path(cfg.paths.output_dir)
+    table_rows: list[tuple[str, list[RetrievalResult]]] = []
+    if test_sets:
+        trained = _evaluate_all(model, test_sets, test_transform, cfg, _device())
+        results["test"] = trained
+        table_rows = [("trained", trained)]
+        if baseline.results:
+            results["baseline"] = baseline.results
+            table_rows.insert(0, ("untrained", baseline.results))
+        if baseline.pooling_results:
+            results["baseline_global_pooling"] = baseline.pooling_results
+            table_rows.insert(0, ("pooling_baseline", baseline.pooling_results))
+        print(_comparison_table(table_rows))
+        if notes := result_notes(trained):
+            print("\n".join(notes))
+        write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json")
+    results["seconds"] = time.perf_counter() - started
+    _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, table_rows, best, results["seconds"])
+    log.info("train job finished in %.1f s", results["seconds"])
+    return results
+
+
+def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.Trainer, timer: StepTimer,
+                       table_rows: list[tuple[str, list[RetrievalResult]]], best: Path | None, seconds: float) -> None:
+    """One JSON per run with what a sweep comparison needs (``aggzoo.run.collect_runs``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides: list[str] = []
+    choices: dict[str, Any] = {}
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        overrides = list(hydra_cfg.overrides.task)
+        choices = dict(hydra_cfg.runtime.choices)
+    head_class = str(cfg.head.get("_target_", "")).rsplit(".", 1)[-1]
+    timing = timer.summary()
+    images_per_step = int(cfg.data.places_per_batch) * int(getattr(trainer.datamodule.train_dataset, "img_per_place", 1))
+    summary = {
+        "overrides": overrides,
+        "backbone": cfg.backbone.get("model_name", cfg.backbone.get("_target_")),
+        # the conf/head choice (afa and ida share AFA's code), else the class
+        "head": choices.get("head") or head_class, "head_class": head_class,
+        "descriptor_dim": int(model.out_dim),
+        "params": sum(p.numel() for p in model.parameters()),
+        "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "image_size": list(cfg.data.image_size), "eval_image_size": list(cfg.data.eval_image_size),
+        "images_per_step": images_per_step,
+        **timing,
+        "images_per_second": images_per_step / timing["seconds_per_step"] if timing["seconds_per_step"] else None,
+        "epochs": trainer.current_epoch, "global_step": trainer.global_step,
+        "val": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+        "test": {label: {r.name: {str(k): v for k, v in r.recalls.items()} for r in rs} for label, rs in table_rows},
+        "best_checkpoint": str(best) if best else None,
+        "wall_seconds": round(seconds, 1),
+    }
+    path.write_text(json.dumps(summary, indent=2))
+
+
+def _best_checkpoint(trainer: L.Trainer) -> Path | None:
+    ckpt = trainer.checkpoint_callback
+    if ckpt is None:
+        return None
+    path = ckpt.best_model_path or ckpt.last_model_path
+    return Path(path) if path else None
+
+
+#: Headings of the rows of the train job's test table (the keys are what run_summary.json stores).
+_ROW_TITLES = {
+    "pooling_baseline": "untrained backbone + global average pooling",
+    "untrained": "untrained model (step 0, after any data-driven init)",
+    "trained": "trained (best checkpoint)",
+}
+
+
+def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]]) -> str:
+    lines = []
+    for label, rs in rows:
+        lines.append(f"== {_ROW_TITLES.get(label, label)} ==")
+        lines.append(format_table(rs))
+    return "\n".join(lines)
+
+
+def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
+    """Evaluate ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when it is null)
+    on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
+    ``results.md``, Recall@k curves and retrieval grids to the output dir.
+
+    ``evaluation.protocol_resize=true`` resizes as the published protocols do (PIL bicubic with
+    antialiasing, sides snapped to the backbone's patch size or stride); the default is the same
+    resize the training pipeline validates and tests with, so both report the same numbers.
+    """
+    check_config(cfg, "eval")
+    if cfg.get("ckpt_path"):
+        # The one reader and builder: nothing in the file chooses code to run.
+        model = create_model(str(Path(str(cfg.ckpt_path)).expanduser()))
+    else:
+        model = build_model_checked(model_spec(cfg))
+    options = OmegaConf.to_container(cfg.evaluation, resolve=True)
+    if options.pop("protocol_resize"):
+        transform = protocol_transform(cfg.image_size, multiple=size_multiple(model), **_normalisation(model))
+    else:
+        transform = eval_transform(cfg.image_size, **_normalisation(model))
+    sets = load_benchmarks(cfg.benchmark)
+    if not sets:
+        raise ValueError("no benchmark selected: pass benchmark=<name> or benchmark=[a,b] (see conf/benchmark/)")
+    guard = EvaluationGuard(cfg)
+    sets = guard.prepare(model, sets)  # preflight; bad_images=skip drops unreadable images
+    device = _device()
+    results = evaluate_benchmarks(model.to(device), sets, transform, output_dir=cfg.paths.output_dir,
+                                  ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size,
+                                  num_workers=cfg.num_workers, device=device,
+                                  meta={"ckpt_path": cfg.get("ckpt_path")}, **options)
+    guard.annotate(results)
+    print(format_table(results))
+    if notes := guard.notes(results):
+        print(notes)
+    if cfg.bad_images == "skip":
+        # Rewritten after annotate so the skipped-image counts reach the JSON too.
+        write_json(results, Path(cfg.paths.output_dir) / "results.json", meta={"ckpt_path": cfg.get("ckpt_path")})
+    return results

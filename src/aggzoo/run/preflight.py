@@ -1,0 +1,390 @@
+"""Checks run before training or evaluation starts, so a bad combination fails in seconds with one
+message instead of an hour later with a stack trace from inside a library.
+
+- The model: built (head on backbone), then a dry forward of two random images at each configured
+  image size. Failures name the backbone, the head, the size, what the backbone produced and what
+  the head needs: channels, a fixed map size (MixVPR), a CLS token (SALAD), more local features
+  than clusters (SALAD, n > m), a ViT patch multiple.
+- The data: image sizes, enough training places for one batch, benchmarks with queries that have
+  positives (queries without any are counted and reported, as the standard protocols count them
+  as misses), duplicated file names (a dataset extracted twice), and a fast scan of the benchmark
+  images (headers by default) so an unreadable file is named before any extraction starts.
+
+Every problem found is collected and raised together as one :class:`~aggzoo.errors.PreflightError`.
+
+The hooks :mod:`aggzoo.run.pipeline` calls around a job live here too:
+
+- :func:`check_config`: the typed keys of the composed config (:mod:`aggzoo.run.config_schema`).
+- :func:`before_training` / :func:`after_training`: the ``bad_images`` policy of the training set
+  (skipped files listed in ``<run>/bad_images.tsv``), the checks above, and the report of a Ctrl-C
+  stop (:class:`~aggzoo.training.interrupt.GracefulInterrupt`).
+- :class:`EvaluationGuard`: the same for ``eval.py``: preflight, ``bad_images=skip`` (unreadable
+  images dropped before extraction, counted in the results), notes under the results table.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable, scan_images
+from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.errors import PreflightError, UserError
+from aggzoo.hub.builder import build_model
+from aggzoo.models.modes import evaluating
+from aggzoo.run.config_schema import validate_config
+from aggzoo.training.interrupt import GracefulInterrupt
+
+__all__ = [
+    "EvaluationGuard",
+    "Preflight",
+    "after_training",
+    "before_training",
+    "check_config",
+    "build_model_checked",
+    "image_size_problem",
+    "model_problems",
+    "benchmark_problems",
+    "check_training",
+    "check_evaluation",
+    "result_notes",
+]
+
+log = logging.getLogger(__name__)
+
+CHECK_IMAGES_CHOICES = ("none", "header", "full")
+
+
+@dataclass
+class Preflight:
+    """Problems (fatal, raised together) and notes (printed) found before a job starts."""
+
+    stage: str
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def raise_if_any(self) -> None:
+        if not self.problems:
+            return
+        if len(self.problems) == 1:
+            raise PreflightError(f"cannot start {self.stage}: {self.problems[0]}")
+        listed = "\n".join(f"  {i}. {p}" for i, p in enumerate(self.problems, start=1))
+        raise PreflightError(f"cannot start {self.stage}, {len(self.problems)} problems:\n{listed}")
+
+    def log_notes(self) -> None:
+        for note in self.notes:
+            log.warning("%s", note)
+
+
+# ---------------------------------------------------------------------------------------------- model
+
+
+def _name(module: nn.Module) -> str:
+    return str(getattr(module, "model_name", None) or type(module).__name__)
+
+
+def _head_name(head: Any) -> str:
+    return getattr(getattr(head, "func", head), "__name__", None) or type(head).__name__
+
+
+def _one_line(err: BaseException, limit: int = 700) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    text = text if isinstance(err, ValueError) else f"{type(err).__name__}: {text}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def build_model_checked(model_cfg: Mapping[str, Any]) -> nn.Module:
+    """The one builder's model of ``model_cfg`` (:func:`aggzoo.hub.builder.build_model`), with a
+    failure to fit the head on the backbone explained."""
+    try:
+        return build_model(model_cfg, where="the run config")
+    except UserError:
+        raise  # already says what is wrong (a target outside aggzoo, an unknown argument)
+    except (ValueError, TypeError, IndexError, KeyError, RuntimeError) as err:
+        backbone = model_cfg.get("backbone", {}) or {}
+        head = model_cfg.get("head", {}) or {}
+        raise PreflightError(
+            f"cannot build head {head.get('_target_', '?')} on backbone "
+            f"{backbone.get('model_name', backbone.get('_target_', '?'))}: {_one_line(err)}"
+        ) from err
+
+
+def image_size_problem(size: Any, key: str) -> str | None:
+    """``None`` when ``size`` is ``(H, W)`` of positive integers, else the problem."""
+    try:
+        values = [int(v) for v in size]
+        if len(values) == 2 and all(v >= 1 for v in values) and all(float(v) == int(v) for v in size):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return f"{key} must be [height, width] in pixels (two positive integers), got {size!r}; e.g. {key}=[320,320]"
+
+
+def _describe_features(features: Any) -> str:
+    parts = [f"maps {' '.join(str(list(m.shape[1:])) for m in features.maps)} ([C, H, W], fine to coarse)"]
+    parts.append("a CLS token" if getattr(features, "cls", None) is not None else "no CLS token")
+    if getattr(features, "tokens", None) is not None:
+        parts.append(f"{features.tokens.shape[1]} aggregation tokens")
+    return ", ".join(parts)
+
+
+def _backbone_hint(backbone: nn.Module, height: int, width: int) -> str:
+    patch = getattr(getattr(getattr(backbone, "model", None), "patch_embed", None), "patch_size", None)
+    if patch is not None:
+        ph, pw = (patch, patch) if isinstance(patch, int) else tuple(patch)
+        fixed = [max(ph, round(height / ph) * ph), max(pw, round(width / pw) * pw)]
+        return f"This ViT needs sizes divisible by its patch size {ph}x{pw}, e.g. {fixed}."
+    return "Choose another image size or backbone."
+
+
+@torch.no_grad()
+def model_problems(model: nn.Module, image_size: Sequence[int], key: str) -> list[str]:
+    """Run ``model`` on two random images of ``image_size`` (eval mode, global RNG untouched) and
+    return what went wrong: the backbone refusing the size, the head refusing the backbone's
+    output, a wrong descriptor shape or non-finite descriptors."""
+    height, width = int(image_size[0]), int(image_size[1])
+    backbone, head = model.backbone, model.head
+    where = f"{height}x{width} images ({key})"
+    device = next(iter(model.parameters()), torch.empty(0)).device
+    images = torch.randn(2, 3, height, width, generator=torch.Generator().manual_seed(0)).to(device)
+    with evaluating(model):
+        try:
+            features = backbone(images)
+        except Exception as err:  # noqa: BLE001 - any failure is reported with its context
+            return [f"backbone {_name(backbone)} cannot take {where}: {_one_line(err).rstrip('.')}. "
+                    f"{_backbone_hint(backbone, height, width)}"]
+        produced = _describe_features(features)
+        head_in = getattr(head, "in_channels", None)
+        if isinstance(head_in, int) and features.last.shape[1] != head_in:
+            return [f"head {type(head).__name__} was built for {head_in}-channel features but backbone "
+                    f"{_name(backbone)} gives {features.last.shape[1]} channels. Build the head from the backbone "
+                    "(VPRModel(backbone, head_partial) reads in_channels from feature_info) or use the backbone "
+                    "the head was made for."]
+        try:
+            descriptors = head(features)
+        except Exception as err:  # noqa: BLE001
+            return [f"head {type(head).__name__} cannot aggregate backbone {_name(backbone)}'s output at {where}; "
+                    f"the backbone gives {produced}. {_one_line(err)}"]
+    out_dim = getattr(model, "out_dim", descriptors.shape[-1])
+    if tuple(descriptors.shape) != (2, out_dim):
+        return [f"{_name(backbone)} + {type(head).__name__} returned descriptors of shape "
+                f"{tuple(descriptors.shape)} at {where}; expected [2, {out_dim}] ([B, out_dim])"]
+    if not bool(torch.isfinite(descriptors).all()):
+        return [f"{_name(backbone)} + {type(head).__name__} gives non-finite descriptors on random {where} "
+                "before any training: check the head's initialisation and normalisation"]
+    return []
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+
+def _duplicate_names(paths: Sequence[Path]) -> list[str]:
+    counts = Counter(Path(p).name for p in paths)
+    return [name for name, n in counts.items() if n > 1]
+
+
+def benchmark_problems(retrieval_set: RetrievalSet, *, role: str = "benchmark") -> tuple[list[str], list[str]]:
+    """``(problems, notes)`` of one retrieval set."""
+    problems, notes = [], []
+    name = retrieval_set.name
+    if retrieval_set.num_database == 0 or retrieval_set.num_queries == 0:
+        problems.append(f"{role} {name!r} has {retrieval_set.num_database} database images and "
+                        f"{retrieval_set.num_queries} queries; both must be non-empty (check the split and folders)")
+        return problems, notes
+    missing = retrieval_set.queries_without_positive
+    if missing == retrieval_set.num_queries:
+        problems.append(
+            f"no query of {role} {name!r} has a positive database image, so every Recall@k would be 0: the "
+            "ground truth does not match the images (for the VG layout: wrong positive_radius_m, or UTM "
+            "coordinates in different units for queries and database)")
+    elif missing:
+        notes.append(f"{name}: {missing} of {retrieval_set.num_queries} queries have no positive in the ground "
+                     "truth; they count as misses (Recall@k is over all queries, as in the standard protocols)")
+    for part, paths in (("database", retrieval_set.database_paths), ("queries", retrieval_set.query_paths)):
+        duplicated = _duplicate_names(paths)
+        if duplicated:
+            example = sorted(str(p) for p in paths if Path(p).name == duplicated[0])
+            notes.append(f"{name}: {len(duplicated)} file names occur more than once in its {part} (e.g. "
+                         f"{example}); was the dataset extracted twice? Each copy is evaluated as its own image")
+    return problems, notes
+
+
+def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int) -> list[str]:
+    if mode not in CHECK_IMAGES_CHOICES:
+        return [f"check_images must be one of {CHECK_IMAGES_CHOICES}, got {mode!r}"]
+    if mode == "none":
+        return []
+    problems = []
+    for retrieval_set in sets.values():
+        paths = (*retrieval_set.database_paths, *retrieval_set.query_paths)
+        bad = scan_images(paths, full=mode == "full", num_workers=num_workers)
+        if bad:
+            shown = "; ".join(f"{paths[i]}: {bad[i]}" for i in sorted(bad)[:5])
+            more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+            problems.append(
+                f"{len(bad)} of {len(paths)} images of benchmark {retrieval_set.name!r} cannot be read: {shown}{more}. "
+                "Fix or remove them, or evaluate without them with bad_images=skip (results are then not "
+                "comparable to published numbers)")
+    return problems
+
+
+def check_training(model: nn.Module, *, train_dataset: Any, places_per_batch: int,
+                   image_size: Sequence[int], eval_image_size: Sequence[int],
+                   val_sets: Mapping[str, RetrievalSet], test_sets: Mapping[str, RetrievalSet],
+                   check_images: str = "header", num_workers: int = 0) -> Preflight:
+    """Everything :func:`aggzoo.run.pipeline.train` needs, checked before the Trainer starts."""
+    report = Preflight("training")
+    sizes = {"data.image_size": image_size, "data.eval_image_size": eval_image_size}
+    for key, size in sizes.items():
+        problem = image_size_problem(size, key)
+        if problem:
+            report.problems.append(problem)
+    if not report.problems:
+        checked = []
+        for key, size in sizes.items():
+            if [int(v) for v in size] not in checked:
+                checked.append([int(v) for v in size])
+                report.problems += model_problems(model, size, key)
+    if len(train_dataset) < places_per_batch:
+        report.problems.append(
+            f"data.places_per_batch={places_per_batch} but the training set has only {len(train_dataset)} places "
+            f"with enough images; lower data.places_per_batch (e.g. data.places_per_batch={len(train_dataset)}) or "
+            "use more training data")
+    for role, sets in (("validation set", val_sets), ("test benchmark", test_sets)):
+        for retrieval_set in sets.values():
+            problems, notes = benchmark_problems(retrieval_set, role=role)
+            report.problems += problems
+            report.notes += notes
+    report.problems += _scan_sets({**val_sets, **test_sets}, check_images, num_workers)
+    report.log_notes()
+    report.raise_if_any()
+    return report
+
+
+def check_evaluation(model: nn.Module, *, image_size: Sequence[int], sets: Mapping[str, RetrievalSet],
+                     check_images: str = "header", num_workers: int = 0) -> Preflight:
+    """Everything :func:`aggzoo.run.pipeline.evaluate` needs, checked before extraction starts."""
+    report = Preflight("evaluation")
+    problem = image_size_problem(image_size, "image_size")
+    if problem:
+        report.problems.append(problem)
+    else:
+        report.problems += model_problems(model, image_size, "image_size")
+    for retrieval_set in sets.values():
+        problems, notes = benchmark_problems(retrieval_set)
+        report.problems += problems
+        report.notes += notes
+    report.problems += _scan_sets(sets, check_images, num_workers)
+    report.log_notes()
+    report.raise_if_any()
+    return report
+
+
+def result_notes(results: Sequence[Any], bad_images_list: Path | None = None) -> list[str]:
+    """Lines to print under a results table: queries without positives and skipped images."""
+    lines = []
+    for r in results:
+        if r.queries_without_positive:
+            lines.append(f"note: {r.name}: {r.queries_without_positive} of {r.num_queries} queries have no positive; "
+                         "they count as misses (as in the standard protocols)")
+        skipped_db = r.extras.get("skipped_database_images", 0)
+        skipped_q = r.extras.get("skipped_queries", 0)
+        if skipped_db or skipped_q:
+            where = f" (listed in {bad_images_list})" if bad_images_list else ""
+            lines.append(f"note: {r.name}: evaluated without {skipped_db} database images and {skipped_q} queries "
+                         f"that could not be read{where}; not comparable to published numbers")
+    return lines
+
+
+# -------------------------------------------------------------------------------------------- hooks
+
+
+def _choice(value: Any) -> str:
+    return str(getattr(value, "value", value))
+
+
+def check_config(cfg: DictConfig, kind: str) -> None:
+    """Raise one ``ValueError`` naming a config key whose value has the wrong type."""
+    validate_config(cfg, kind)
+
+
+def before_training(cfg: DictConfig, parts: Any) -> ImagePolicy:
+    """Give the training set its ``bad_images`` policy and run the preflight checks.
+
+    ``parts`` is :class:`aggzoo.run.pipeline.TrainingParts` (``model``, ``datamodule``, ``test_sets``).
+    """
+    policy = ImagePolicy(
+        on_error=_choice(cfg.get("bad_images", "skip")), log_path=Path(cfg.paths.output_dir) / SKIPPED_LIST_NAME,
+        hint="Fix or remove the file, or skip unreadable training images with bad_images=skip")
+    dataset = parts.datamodule.train_dataset
+    if hasattr(dataset, "bad_images"):
+        dataset.bad_images = policy
+    check_training(parts.model, train_dataset=dataset, places_per_batch=int(cfg.data.places_per_batch),
+                   image_size=cfg.data.image_size, eval_image_size=cfg.data.eval_image_size,
+                   val_sets=parts.datamodule.val_sets, test_sets=parts.test_sets,
+                   check_images=_choice(cfg.get("check_images", "header")), num_workers=int(cfg.data.num_workers))
+    return policy
+
+
+def after_training(trainer: Any, policy: ImagePolicy) -> dict[str, Any]:
+    """``{"interrupted": checkpoint}`` after a Ctrl-C stop, ``{"bad_images": {path: reason}}`` when
+    training images were skipped; prints what happened."""
+    out: dict[str, Any] = {}
+    skipped = policy.finalize()
+    if skipped:
+        places = [k for k in skipped if k.startswith("place:")]
+        files = len(skipped) - len(places)
+        dropped = f" and replaced {len(places)} places left with too few readable images" if places else ""
+        print(f"note: skipped {files} unreadable training images{dropped}; listed in {policy.log_path}")
+        out["bad_images"] = skipped
+    interrupt = next((c for c in trainer.callbacks if isinstance(c, GracefulInterrupt) and c.saved_path), None)
+    if interrupt is not None:
+        print(f"interrupted at global step {trainer.global_step}: saved {interrupt.saved_path}; no test evaluation. "
+              f"Resume with ckpt_path={interrupt.saved_path}")
+        out["interrupted"] = str(interrupt.saved_path)
+    return out
+
+
+class EvaluationGuard:
+    """Preflight, ``bad_images`` policy and result notes of one evaluation job."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg = cfg
+        self.policy = ImagePolicy(
+            on_error=_choice(cfg.get("bad_images", "fail")), log_path=Path(cfg.paths.output_dir) / SKIPPED_LIST_NAME,
+            hint="A benchmark with a missing image is not that benchmark: fix or re-download the file, or "
+                 "evaluate without unreadable images with bad_images=skip (not comparable to published numbers)")
+        self.skipped: dict[str, dict[str, int]] = {}
+
+    def prepare(self, model: Any, sets: Mapping[str, RetrievalSet]) -> dict[str, RetrievalSet]:
+        """Check everything, then (under ``skip``) drop the unreadable images of each set."""
+        num_workers = int(self.cfg.get("num_workers", 0))
+        # Under skip every image is decoded below anyway; the header scan would only repeat it.
+        scan = "none" if self.policy.skips else _choice(self.cfg.get("check_images", "header"))
+        check_evaluation(model, image_size=self.cfg.image_size, sets=sets, check_images=scan, num_workers=num_workers)
+        if not self.policy.skips:
+            return dict(sets)
+        out = {}
+        for name, retrieval_set in sets.items():
+            out[name], counts = drop_unreadable(retrieval_set, self.policy, num_workers=num_workers)
+            if any(counts.values()):
+                self.skipped[out[name].name] = counts
+        return out
+
+    def annotate(self, results: Sequence[Any]) -> None:
+        """Record the skipped-image counts in each result (they reach the JSON through ``extras``)."""
+        for result in results:
+            result.extras.update(self.skipped.get(result.name, {}))
+
+    def notes(self, results: Sequence[Any]) -> str:
+        """Lines to print under the results table (empty when there is nothing to say)."""
+        skipped = self.policy.finalize()
+        return "\n".join(result_notes(results, self.policy.log_path if skipped else None))
