@@ -5,7 +5,7 @@ import os
 import hydra
 from omegaconf import DictConfig
 
-import aggzoo  # noqa: F401  (sets NO_ALBUMENTATIONS_UPDATE before anything imports albumentations)
+import aggzoo
 import aggzoo.run.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
 from aggzoo.cli.reporting import reported_user_errors
 

@@ -30,6 +30,7 @@ the fraction of queries whose top-1 equals exact search's. The process's peak RS
 from __future__ import annotations
 
 import argparse
+import functools
 import resource
 import sys
 import tempfile
@@ -41,9 +42,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from _timing import median_seconds  # noqa: E402
+from _timing import median_seconds
 
-from aggzoo.evaluation.retrieval import build_index, recall_at_k, search  # noqa: E402
+from aggzoo.evaluation.retrieval import build_index, recall_at_k, search
 
 K = 10
 #: rows sampled to train IVF/PQ indexes (PQ's cost stops growing with N here)
@@ -160,7 +161,7 @@ def search_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, inde
                 built = build_index(stored, index=spec, search_params=params, train_size=TRAIN_ROWS)
                 build_s = time.perf_counter() - start
                 predictions = search(stored, q, K, index=built)
-                seconds = median_seconds(lambda: search(stored, q, K, index=built), repeats, warmup=False)
+                seconds = median_seconds(functools.partial(search, stored, q, K, index=built), repeats, warmup=False)
                 ms = 1000 * seconds / n_queries
                 recalls = recall_at_k(predictions, positives, (1, K))
                 if name == "Flat":

@@ -7,12 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from hydra_helpers import compose_run_config
 
 import aggzoo
 from aggzoo.run.pipeline import evaluate, train
-from hydra_helpers import compose_run_config
-
-
 
 TINY = ["synthetic=tiny", "backbone=test_resnet", "data.places_per_batch=6", "data.image_size=[48,64]",
         "data.eval_image_size=[48,64]", "callbacks.head_data_init.num_images=24",

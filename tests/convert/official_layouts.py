@@ -38,7 +38,7 @@ def prefixed(prefix: str, shapes: Shapes) -> Shapes:
     return [(prefix + k, s) for k, s in shapes]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torchvision_resnet_state(depth: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
     with torch.device("meta"):  # names and shapes only: no weight initialisation
         net = getattr(torchvision.models, f"resnet{depth}")(weights=None)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.folder import EARTH_RADIUS_M, load_folder
 from aggzoo.data.msls import load_msls
 from aggzoo.data.npy_lists import load_npy_lists
 from aggzoo.data.vpr_bench import load_vpr_bench
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 
 def touch_image(path: Path) -> Path:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aggzoo.errors import DatasetLayoutError
 from aggzoo.data.gsv_cities import GSVCitiesDataset
 from aggzoo.data.transforms import eval_transform
+from aggzoo.errors import DatasetLayoutError
 
 HEADER = "place_id,year,month,northdeg,city_id,lat,lon,panoid\n"
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.layout import positives_within_radius
 from aggzoo.data.vg import load_vg, utm_from_name
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 
 def vg_name(east: float, north: float, extra: str = "") -> str:

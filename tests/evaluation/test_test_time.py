@@ -12,12 +12,12 @@ from PIL import Image
 from torch import nn
 
 from aggzoo.evaluation.protocol import protocol_transform
-from aggzoo.models.input_size import size_multiple, snap_size
-from aggzoo.models.multiscale import MultiScale
-from aggzoo.models.tlc import convert_tlc
 from aggzoo.layers.local_pool import LocalWindow
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.avgpool import AvgPool
+from aggzoo.models.input_size import size_multiple, snap_size
+from aggzoo.models.multiscale import MultiScale
+from aggzoo.models.tlc import convert_tlc
 from aggzoo.models.vpr_model import VPRModel
 
 

@@ -12,13 +12,13 @@ import torch
 from hub_helpers import images, tiny_model
 from safetensors.torch import save_file
 
-from aggzoo.hub import io as hub
 from aggzoo.errors import (
     ChecksumMismatchError,
     StateDictMismatchError,
     UnsafeCheckpointError,
     WeightsUnavailableError,
 )
+from aggzoo.hub import io as hub
 from aggzoo.hub.cfg import PretrainedCfg
 
 pytestmark = pytest.mark.usefixtures("isolated_dirs")

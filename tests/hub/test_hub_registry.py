@@ -17,9 +17,15 @@ from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 import aggzoo
-from aggzoo.hub import builder, registry
 from aggzoo.cli.models import pretrained_table
-from aggzoo.errors import ConfigError, StateDictMismatchError, UnknownModelError, UnsafeSpecError, WeightsUnavailableError
+from aggzoo.errors import (
+    ConfigError,
+    StateDictMismatchError,
+    UnknownModelError,
+    UnsafeSpecError,
+    WeightsUnavailableError,
+)
+from aggzoo.hub import builder, registry
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.zoo import _backbones as _specs
 

@@ -17,8 +17,7 @@ from hub_helpers import images
 import aggzoo
 from aggzoo.cli.manifest import add_entry
 from aggzoo.errors import ManifestError
-from aggzoo.hub import manifest
-from aggzoo.hub import registry
+from aggzoo.hub import manifest, registry
 from aggzoo.hub.io import SPEC_KEY, load_pretrained, sha256_of
 
 REPO = Path(__file__).resolve().parents[2]

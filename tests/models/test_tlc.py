@@ -18,10 +18,9 @@ from aggzoo.layers.local_pool import LocalAvgPool2d, LocalWindow
 from aggzoo.layers.pooling import GeM as GeMPool
 from aggzoo.layers.pooling import gem
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
+from aggzoo.models.heads.afa import AFA
 from aggzoo.models.heads.gcnet import GCNet
 from aggzoo.models.heads.gem import GeM
-from aggzoo.models.heads.afa import AFA
-from aggzoo.models.heads.ida import IDA
 from aggzoo.models.tlc import convert_tlc, local_windows
 from aggzoo.models.vpr_model import VPRModel
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from robust_helpers import NO_NORM, write_city
 from torch.utils.data import DataLoader
 
 from aggzoo.data.gsv_cities import GSVCitiesDataset
@@ -16,7 +17,6 @@ from aggzoo.data.image_policy import ImagePolicy, check_readable, drop_unreadabl
 from aggzoo.data.images import ImageReadError
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform
-from robust_helpers import NO_NORM, write_city
 
 
 def _colour_ids(images: torch.Tensor) -> list[tuple[int, int]]:

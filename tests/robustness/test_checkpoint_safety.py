@@ -17,13 +17,11 @@ from typing import Any
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
 
 import aggzoo.training.checkpointing as durable_io
 import aggzoo.training.checkpointing as safe_save
-from aggzoo.training.checkpointing import RunCheckpoint
-from aggzoo.training.checkpointing import DurableCheckpointIO
-from aggzoo.training.checkpointing import DiskFullError, atomic_save
-from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
+from aggzoo.training.checkpointing import DiskFullError, DurableCheckpointIO, RunCheckpoint, atomic_save
 
 
 def _half_then(error: BaseException):

@@ -13,9 +13,9 @@ import lightning.pytorch as L
 import pytest
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
 
 from aggzoo.training.interrupt import GracefulInterrupt
-from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
 
 
 class CtrlC(L.Callback):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from robust_helpers import write_city, write_vg
 
-from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.gsv_cities import GSVCitiesDataset
 from aggzoo.data.vg import load_vg
-from robust_helpers import write_city, write_vg
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 
 def test_vg_missing_root_split_and_empty_folders(tmp_path: Path) -> None:

@@ -9,12 +9,12 @@ import pytest
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from robust_helpers import write_vg
 
 from aggzoo.data.transforms import eval_transform
 from aggzoo.data.vg import load_vg
 from aggzoo.evaluation.retrieval import evaluate_retrieval, extract_descriptors
 from aggzoo.models.vpr_model import VPRModel
-from robust_helpers import write_vg
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

@@ -9,9 +9,9 @@ from typing import Any
 import lightning.pytorch as L
 import pytest
 import torch
+from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
 
 from aggzoo.training.guards import NonFiniteError, NonFiniteGuard
-from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
 
 
 class Snapshots(L.Callback):

@@ -10,16 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hydra_helpers import compose_run_config
+from robust_helpers import write_city, write_vg
 
+import aggzoo
 from aggzoo.data.images import ImageReadError
 from aggzoo.data.transforms import eval_transform
 from aggzoo.evaluation.retrieval import extract_descriptors
-import aggzoo
 from aggzoo.run.pipeline import evaluate, train
 from aggzoo.run.preflight import PreflightError
-from robust_helpers import write_city, write_vg
-from hydra_helpers import compose_run_config
-
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,14 @@ from PIL import Image
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.models.heads.netvlad import NetVLAD
 from aggzoo.models.vpr_model import VPRModel, build_head
-from aggzoo.run.preflight import (PreflightError, benchmark_problems, build_model_checked, check_evaluation,
-                               check_training, model_problems)
+from aggzoo.run.preflight import (
+    PreflightError,
+    benchmark_problems,
+    build_model_checked,
+    check_evaluation,
+    check_training,
+    model_problems,
+)
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggzoo.errors import DatasetFormatError
 from aggzoo.data.vg import utm_from_name
+from aggzoo.errors import DatasetFormatError
 from aggzoo.evaluation.retrieval import recall_at_k, recall_curve, search
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,12 +10,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from aggzoo.cli.reporting import reported_user_errors
 from aggzoo.data.image_policy import ImagePolicy
 from aggzoo.data.retrieval_set import ImageListDataset
-from aggzoo.cli.reporting import reported_user_errors
-from aggzoo.run.preflight import after_training
+from aggzoo.run.preflight import PreflightError, after_training
 from aggzoo.training.interrupt import GracefulInterrupt
-from aggzoo.run.preflight import PreflightError
 
 
 def test_user_error_is_one_line_and_status_two(capsys: pytest.CaptureFixture) -> None:

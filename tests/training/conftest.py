@@ -18,9 +18,9 @@ class TinyData:
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> TinyData:
     """``AGGZOO_DATA`` folder holding the ``synthetic=tiny`` city (generated once, a few seconds)."""
     from hydra.utils import instantiate
+    from train_helpers import compose_train
 
     from aggzoo.data.synthetic import synthetic_city_path
-    from train_helpers import compose_train
 
     root = tmp_path_factory.mktemp("aggzoo_data")
     with pytest.MonkeyPatch.context() as mp:

@@ -12,13 +12,18 @@ import pytest
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from train_helpers import CONF
 
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.gem import GeM
 from aggzoo.models.vpr_model import VPRModel
-from aggzoo.training.module import (VPRLightningModule, enable_gradient_checkpointing, parameter_groups, rng_state,
-                                    set_rng_state)
-from train_helpers import CONF
+from aggzoo.training.module import (
+    VPRLightningModule,
+    enable_gradient_checkpointing,
+    parameter_groups,
+    rng_state,
+    set_rng_state,
+)
 
 
 def _loss():

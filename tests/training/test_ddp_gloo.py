@@ -13,10 +13,10 @@ from pathlib import Path
 import lightning.pytorch as L
 import pytest
 import torch
+from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
 from aggzoo.hub.builder import build_model
 from aggzoo.run.pipeline import model_spec, train
-from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
 # test_vit: LayerNorm only, so no batch statistics differ between one process and two half batches.
 RUN = [*TINY, "backbone=test_vit", "head=gem", "data.places_per_batch=8", "trainer.max_epochs=1",

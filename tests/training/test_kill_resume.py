@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
 from aggzoo.run.pipeline import train
 from aggzoo.training.checkpointing import CheckpointMismatchError, resolve_ckpt_path
-from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
 # 24 places / P=6 -> 4 steps per epoch; a checkpoint after every step; 2 epochs.
 RUN = [*TINY, "head=gem", "data.places_per_batch=6", "data.image_size=[32,48]", "data.eval_image_size=[32,48]",

@@ -6,7 +6,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
-
 from train_helpers import CONF
 
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher",

@@ -11,10 +11,10 @@ import lightning.pytorch as L
 import pytest
 import torch
 from hydra.utils import instantiate
+from train_helpers import CONF, REPO, compose_train
 
 from aggzoo.hub.builder import build_model
 from aggzoo.run.pipeline import model_spec, train
-from train_helpers import CONF, REPO, compose_train
 
 REFERENCE = REPO.parent / "shared" / "REFERENCE.md"
 #: experiments that are local jobs rather than published recipes (the default-job smoke run, the real-data run)

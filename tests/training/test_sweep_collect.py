@@ -11,10 +11,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
+from train_helpers import CONF, TINY, train_py
 
 from aggzoo.run.collect_runs import collect_runs, format_runs, main
 from aggzoo.run.sweep import keep_sweeping
-from train_helpers import CONF, TINY, train_py
 
 
 def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.errors import DatasetFormatError
 from aggzoo.data.layout import positives_within_radius, require_dir, require_file
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.errors import DatasetFormatError
 
 __all__ = ["FOLDER_LAYOUT", "EARTH_RADIUS_M", "lat_lon_to_ecef", "load_folder"]
 

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.image_policy import ImagePolicy
 from aggzoo.data.images import ImageReadError
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 __all__ = ["GSVCitiesDataset", "GSVImage", "gsv_image_name", "read_gsv_city"]
 

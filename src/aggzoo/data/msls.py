@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.errors import DatasetFormatError
 from aggzoo.data.layout import positives_within_radius, require_dir, require_file
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.errors import DatasetFormatError
 
 __all__ = ["MSLS_LAYOUT", "MSLS_SOURCE", "MSLS_VAL_CITIES", "MSLS_TEST_CITIES", "load_msls"]
 

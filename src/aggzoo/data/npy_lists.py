@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.errors import DatasetFormatError
 from aggzoo.data.layout import positive_arrays, require_dir, require_file
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.errors import DatasetFormatError
 
 __all__ = ["NPY_LISTS_SOURCE", "load_npy_lists"]
 

@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
-import albumentations as A  # noqa: E402
-import cv2  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD  # noqa: E402
+import albumentations as A
+import cv2
+import numpy as np
+import torch
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 __all__ = ["train_transform", "eval_transform", "Transform"]
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images, positives_within_radius, require_dir
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 __all__ = ["VG_LAYOUT", "VG_SOURCE", "utm_from_name", "load_vg"]
 

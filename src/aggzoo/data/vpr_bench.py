@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.errors import DatasetFormatError
 from aggzoo.data.layout import list_images, positive_arrays, require_dir, require_file
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.errors import DatasetFormatError
 
 __all__ = ["VPR_BENCH_LAYOUT", "VPR_BENCH_SOURCE", "load_vpr_bench"]
 

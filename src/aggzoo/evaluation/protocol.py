@@ -2,9 +2,10 @@
 
 The protocols evaluate at sizes that are multiples of the backbone's patch size or stride
 (:mod:`aggzoo.models.input_size`): :func:`~aggzoo.models.input_size.snap_size` rounds a requested
-size to the nearest multiple of :func:`~aggzoo.models.input_size.size_multiple`. The resize is bicubic with antialiasing, as ``torchvision.transforms.Resize(...,
-interpolation=BICUBIC, antialias=True)`` does on PIL images in those codebases: :func:`protocol_transform`
-uses PIL's resampling, which is exactly that operation.
+size to the nearest multiple of :func:`~aggzoo.models.input_size.size_multiple`. The resize is
+bicubic with antialiasing, as ``torchvision.transforms.Resize(..., interpolation=BICUBIC,
+antialias=True)`` does on PIL images in those codebases: :func:`protocol_transform` uses PIL's
+resampling, which is exactly that operation.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -70,7 +70,7 @@ class TrainerSchema:
 class TrainSchema:
     task_name: str = "train"
     seed: int = 0
-    ckpt_path: Optional[str] = None
+    ckpt_path: str | None = None
     evaluate_baseline: bool = True
     recall_ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     eval_batch_size: int = 64
@@ -90,7 +90,7 @@ class _TrainRuntimeSchema(TrainSchema):
 @dataclass
 class EvalSchema:
     task_name: str = "eval"
-    ckpt_path: Optional[str] = None
+    ckpt_path: str | None = None
     image_size: list[int] = field(default_factory=lambda: [320, 320])
     recall_ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     eval_batch_size: int = 64

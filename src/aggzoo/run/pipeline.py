@@ -24,8 +24,8 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmarks
-from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.protocol import protocol_transform
+from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
 from aggzoo.hub.factory import create_model
 from aggzoo.hub.io import SPEC_KEY

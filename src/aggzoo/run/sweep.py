@@ -60,7 +60,7 @@ def keep_sweeping() -> Iterator[None]:
     job_dir = _multirun_job_dir()
     try:
         yield
-    except Exception as err:  # noqa: BLE001 - the point is to let the other jobs run
+    except Exception as err:
         if job_dir is None:  # a single run fails as it always does
             raise
         if isinstance(err, UserError):

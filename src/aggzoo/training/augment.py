@@ -21,9 +21,8 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 import torch
-from torchvision.transforms import InterpolationMode, RandAugment
-
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from torchvision.transforms import InterpolationMode, RandAugment
 
 from aggzoo.data.transforms import Transform
 

@@ -41,7 +41,7 @@ __all__ = ["GracefulInterrupt", "ignore_sigint_in_worker"]
 log = logging.getLogger(__name__)
 
 
-def ignore_sigint_in_worker(worker_id: int) -> None:  # noqa: ARG001 - DataLoader's worker_init_fn signature
+def ignore_sigint_in_worker(worker_id: int) -> None:
     """``worker_init_fn`` that leaves Ctrl-C to the main process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -22,8 +22,8 @@ papers' parts. With levels ``f_1..f_L`` (fine -> coarse, ``f_l: [B, C_l, H_l, W_
    for a shared channel attention, ``y = sum_i a^s_i a^c_i x_i``.
 4. ``GeM(y) [B, dim] -> Linear(dim, proj_dim)`` (optional) ``-> L2``.
 
-``attention=False`` (the :class:`~aggzoo.models.heads.ida.IDA` head) gives plain IDA for ablation: each merge is a DLA root node
-``ReLU(BN(Conv1x1([x_l; f_{l+1}])))`` and the descriptor pools ``x_L`` (no compositing).
+``attention=False`` (the :class:`~aggzoo.models.heads.ida.IDA` head) gives plain IDA for ablation:
+each merge is a DLA root node ``ReLU(BN(Conv1x1([x_l; f_{l+1}])))`` and the descriptor pools ``x_L`` (no compositing).
 
 Why the coarsest resolution: the descriptor is pooled globally right after, the backbone is cut
 at that level anyway, and every operator of the fusion costs ``O(H W)``: fusing at stride 8 instead

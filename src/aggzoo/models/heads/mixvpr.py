@@ -38,7 +38,8 @@ class FeatureMixer(nn.Module):
     """One residual Feature-Mixer: ``x + Linear(r*n -> n)(ReLU(Linear(n -> r*n)(LayerNorm_n(x))))``.
 
     ``x: [B, C, n] -> [B, C, n]``. Linear weights start from a normal of std 0.02 (PyTorch's
-    ``trunc_normal_`` with its absolute +-2 bounds, as in the paper's code) and biases at zero, so each mixer starts close to the identity.
+    ``trunc_normal_`` with its absolute +-2 bounds, as in the paper's code) and biases at zero, so
+    each mixer starts close to the identity.
     """
 
     def __init__(self, num_positions: int, mlp_ratio: float = 1.0) -> None:
