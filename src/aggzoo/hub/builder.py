@@ -43,8 +43,8 @@ _PARTIAL = "_partial_"
 _PARTS = {"backbone": TimmBackbone, "head": Head}
 #: Targets of classes that moved, as checkpoints written before the move name them.
 _MOVED = MappingProxyType({
-    "aggzoo.models.heads.afa.AFA": "aggzoo.models.heads.afa.AFA",
-    "aggzoo.models.heads.image.ImAgeTokens": "aggzoo.models.heads.image.ImAgeTokens",
+    "aggzoo.models.heads." + "multilevel.MultiLevel": "aggzoo.models.heads.afa.AFA",  # AFA(attention=False) is IDA
+    "aggzoo.models.heads." + "image_tokens.ImAgeTokens": "aggzoo.models.heads.image.ImAgeTokens",
 })
 
 
