@@ -180,9 +180,7 @@ class SyntheticCityConfig:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-# ----------------------------------------------------------------------------------------------
-# Plan: places, coordinates, conditions and file names (cheap, done in the main process)
-# ----------------------------------------------------------------------------------------------
+# -- Plan: places, coordinates, conditions and file names (cheap, done in the main process) --------
 
 
 @dataclass(frozen=True)
@@ -333,9 +331,7 @@ def _plan_vg(config: SyntheticCityConfig, split: str, n_places: int) -> list[_Pl
     return jobs
 
 
-# ----------------------------------------------------------------------------------------------
-# Canonical scene of a place: colour image + material labels + window ids
-# ----------------------------------------------------------------------------------------------
+# -- Canonical scene of a place: colour image + material labels + window ids -----------------------
 
 
 @dataclass(frozen=True)
@@ -564,9 +560,7 @@ def _render_scene(style: _StreetStyle, layout_key: tuple[int, ...], width: int, 
     return cv.arrays()
 
 
-# ----------------------------------------------------------------------------------------------
-# Conditions: photometric changes per material, then viewpoint, occluders, weather, noise
-# ----------------------------------------------------------------------------------------------
+# -- Conditions: photometric changes per material, then viewpoint, occluders, weather, noise -------
 # Every strength below is scaled by d = difficulty * _STRENGTH through _toward(): d = 0 leaves
 # only the discrete content of a condition (sky colour, lit windows, foliage colour), d = 1 is the
 # hardest setting the ranges below were written for. The random draws never depend on d, so d
@@ -765,9 +759,7 @@ def _render_shot(scene, shot: _Shot, size: tuple[int, int], difficulty: float) -
     return Image.fromarray(np.clip(out + 0.5, 0, 255).astype(np.uint8))
 
 
-# ----------------------------------------------------------------------------------------------
-# Writing
-# ----------------------------------------------------------------------------------------------
+# -- Writing ---------------------------------------------------------------------------------------
 
 
 def _render_place(job: _PlaceJob, root: str, size: tuple[int, int], quality: int, difficulty: float) -> int:

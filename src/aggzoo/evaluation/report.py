@@ -85,7 +85,7 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-# ------------------------------------------------------------------------------------------------ pictures
+# -- pictures --------------------------------------------------------------------------------------
 
 
 def _figure(width_in: float, height_in: float) -> Any:

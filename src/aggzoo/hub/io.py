@@ -92,8 +92,7 @@ _OFFLINE_ENV = ("AGGZOO_OFFLINE", "HF_HUB_OFFLINE")
 _DOWNLOAD_TIMEOUT_S = 60.0
 
 
-# ---------------------------------------------------------------------------------------------
-# Locations
+# -- Locations -------------------------------------------------------------------------------------
 
 
 def weights_dir() -> Path:
@@ -118,8 +117,7 @@ def _offline() -> bool:
     return any(os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on") for name in _OFFLINE_ENV)
 
 
-# ---------------------------------------------------------------------------------------------
-# Reading files safely
+# -- Reading files safely --------------------------------------------------------------------------
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -307,8 +305,7 @@ def read_checkpoint(path: str | os.PathLike, *, sha256: str | None = None) -> Ch
     return CheckpointFile(path, contents, None if spec is None else normalise_spec(spec, where=str(path)))
 
 
-# ---------------------------------------------------------------------------------------------
-# Downloading into the cache
+# -- Downloading into the cache --------------------------------------------------------------------
 
 
 def download(url: str, destination: Path, *, sha256: str | None, name: str) -> Path:
@@ -404,8 +401,7 @@ def _warn_unpinned(cfg: PretrainedCfg, path: Path) -> None:
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# Putting a state dict into a model
+# -- Putting a state dict into a model -------------------------------------------------------------
 
 
 @dataclass
@@ -512,8 +508,7 @@ def load_pretrained(model: nn.Module, cfg: PretrainedCfg, *, strict: bool = True
     return load_checkpoint(model, path, sha256=cfg.sha256, remap=cfg.remap, contents=cfg.contents, strict=strict)
 
 
-# ---------------------------------------------------------------------------------------------
-# save_pretrained / local folders
+# -- save_pretrained / local folders ---------------------------------------------------------------
 
 
 def save_pretrained(

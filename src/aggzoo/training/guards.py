@@ -91,14 +91,14 @@ class NonFiniteGuard(L.Callback):
         self._labels: Tensor | None = None
         self._batch_idx = -1
 
-    # -- state ----------------------------------------------------------------------------------
+    # -- state -------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {"skipped": list(self.skipped)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.skipped = list(state_dict.get("skipped", []))
 
-    # -- hooks ----------------------------------------------------------------------------------
+    # -- hooks -------------------------------------------------------------------------------------
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         self._batch_idx = batch_idx
@@ -148,7 +148,7 @@ class NonFiniteGuard(L.Callback):
             log.warning("%d training steps were skipped for a non-finite loss or gradients: steps %s%s",
                         len(steps), steps[:20], " ..." if len(steps) > 20 else "")
 
-    # -- reporting ------------------------------------------------------------------------------
+    # -- reporting ---------------------------------------------------------------------------------
     def _stop_message(self, trainer: L.Trainer, what: str, where: str) -> str:
         files = batch_image_files(trainer, self._labels)
         lines = [f"{what} at {where}."]

@@ -87,7 +87,7 @@ class GracefulInterrupt(L.Callback):
         self._installed = False
         self._main_pid = os.getpid()
 
-    # -- signal handling --------------------------------------------------------------------------
+    # -- signal handling ---------------------------------------------------------------------------
     def _handler(self, signum: int, frame: Any) -> None:
         if os.getpid() != self._main_pid:  # a forked worker inherited this handler: not its business
             return
@@ -111,7 +111,7 @@ class GracefulInterrupt(L.Callback):
             signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
         self._installed = False
 
-    # -- hooks ------------------------------------------------------------------------------------
+    # -- hooks -------------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.requested = False
         self.saved_path = None
