@@ -166,7 +166,7 @@ class DurableCheckpointIO(TorchCheckpointIO):
         return None
 
 
-# -- keeping last.ckpt current and resuming ------------------------------------------------------
+# -- keeping last.ckpt current and resuming --------------------------------------------------------
 
 
 

@@ -159,7 +159,7 @@ class VPRLightningModule(L.LightningModule):
         with torch.autocast(device_type=images.device.type, enabled=False):
             return self.model.head(_features_to_float(features))
 
-    # -- set-up ---------------------------------------------------------------------------------
+    # -- set-up ------------------------------------------------------------------------------------
     def on_fit_start(self) -> None:
         # Lightning does not call train() at fit start, and a freshly built backbone has its frozen
         # stages in training mode: train() applies the backbone's rule (frozen stages stay in eval, so
@@ -173,7 +173,7 @@ class VPRLightningModule(L.LightningModule):
                 for tensor in [*self.model.parameters(), *self.model.buffers()]:
                     tensor.copy_(self.trainer.strategy.broadcast(tensor, src=0))
 
-    # -- training -------------------------------------------------------------------------------
+    # -- training ----------------------------------------------------------------------------------
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         sampler = getattr(self.trainer.datamodule, "train_sampler", None) if self.trainer.datamodule else None
         if sampler is not None:
@@ -226,7 +226,7 @@ class VPRLightningModule(L.LightningModule):
             total = min(total, trainer.max_steps) if (trainer.max_epochs or -1) != -1 else trainer.max_steps
         return total, steps_per_epoch
 
-    # -- never lose a run -----------------------------------------------------------------------
+    # -- never lose a run --------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         states = [rng_state()]
         if self.trainer.world_size > 1:
@@ -248,7 +248,7 @@ class VPRLightningModule(L.LightningModule):
             set_rng_state(self._rng_to_restore)
             self._rng_to_restore = None
 
-    # -- validation -----------------------------------------------------------------------------
+    # -- validation --------------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
         self._val_parts = [[] for _ in self.val_sets]
 
