@@ -1,1 +1,5 @@
-"""Small reusable pieces shared by heads: pooling, Sinkhorn, attention, norms."""
+"""Small reusable pieces shared by the heads, one concept per file: global pooling (``pooling``),
+its windowed versions for TLC (``local_pool``), log-domain Sinkhorn (``sinkhorn``) and attention
+blocks (``attention``). The lowest layer above :mod:`aggzoo.errors`: torch only, no other aggzoo
+import; :mod:`aggzoo.models` builds on it.
+"""

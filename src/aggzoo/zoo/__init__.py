@@ -4,6 +4,7 @@
 The method files are found in this folder (a new file is part of the zoo the moment it exists);
 :func:`import_method_files` imports them, which fills the registry tables. Only
 :mod:`aggzoo.hub.factory` calls it, so ``import aggzoo`` stays light until a model is asked for.
+The layer sits above :mod:`aggzoo.hub` (whose tables it fills) and :mod:`aggzoo.models`.
 """
 
 from __future__ import annotations
