@@ -3,7 +3,10 @@
     import torch
     model = torch.hub.load("<path to an aggzoo checkout>", "netvlad_efficientnet_lite0.nordland_mini",
                            source="local", pretrained=True)
-    torch.hub.list("<checkout>", source="local")      # all names
+
+    import aggzoo
+    aggzoo.list_pretrained()    # every tagged name (torch.hub.list and torch.hub.help take GitHub repos only)
+    aggzoo.list_models()        # every architecture
 
 Each entry calls :func:`aggzoo.create_model` with the same arguments. Tagged names load their
 weights by default (``pretrained=True``); bare architecture names build an untrained model.
