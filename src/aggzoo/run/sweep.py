@@ -7,10 +7,10 @@
   recorded as ``run_error.txt`` in its folder, and the sweep goes on to the next job instead of
   stopping at the first failure (Hydra's basic sweeper would raise only after the batch, and a
   user error's ``SystemExit`` would end the whole sweep at once).
-- :class:`SweepSummary`, a Hydra callback (``hydra.callbacks`` in ``conf/train.yaml`` and
-  ``conf/eval.yaml``), prints the table of :func:`aggzoo.run.collect_runs.format_runs` when the
-  sweep ends, writes it to ``<sweep dir>/sweep_results.md``, and exits with status 1 when any job
-  failed.
+- :class:`SweepSummary`, a Hydra callback (``callbacks`` in ``conf/hydra/default.yaml``, which
+  ``train.yaml`` and ``eval.yaml`` both use), prints the table of
+  :func:`aggzoo.run.collect_runs.format_runs` when the sweep ends, writes it to
+  ``<sweep dir>/sweep_results.md``, and exits with status 1 when any job failed.
 
 Outside a multirun both do nothing: a single run fails as it always does.
 """
