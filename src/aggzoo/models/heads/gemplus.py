@@ -11,7 +11,8 @@ fixes it instead (``p = 4.6``, eps ``1e-8`` in the authors' code):
 
 The multi-scale part of SuperGlobal (scale-GeM: elementwise max of the descriptors at scales
 1/sqrt(2), 1, sqrt(2)) is a test-time wrapper of a whole model:
-:class:`aggzoo.models.multiscale.ScaleGeM`. Its reranking belongs to evaluation.
+``MultiScale(model, reduce="max", interpolation="bilinear")``
+(:class:`aggzoo.models.multiscale.MultiScale`). Its reranking belongs to evaluation.
 """
 
 from __future__ import annotations
