@@ -133,7 +133,7 @@ def validate_config(cfg: DictConfig, kind: str) -> None:
         key = getattr(err, "full_key", None) or "?"
         reason = " ".join(str(getattr(err, "msg", err)).split("full_key:")[0].split())
         raise ConfigError(f"config key {key!r}: {reason}. Fix the override or the YAML "
-                         f"(see conf/{kind}.yaml and aggzoo/config_schema.py for the expected types)") from None
+                         f"(see conf/{kind}.yaml and aggzoo/run/config_schema.py for the expected types)") from None
 
 
 register_schemas()
