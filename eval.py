@@ -19,7 +19,7 @@ def main(cfg: DictConfig) -> None:
     from aggzoo.run.sweep import keep_sweeping
 
     # A user's mistake prints one 'error: ...' line, exit status 2; in a multirun (-m) a failed job is
-    # recorded and the sweep goes on, then ends with its table (conf/eval.yaml: hydra.callbacks).
+    # recorded and the sweep goes on, then ends with its table (conf/hydra/default.yaml: callbacks).
     with reported_user_errors(), keep_sweeping():
         evaluate(cfg)
 
