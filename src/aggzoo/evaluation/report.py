@@ -53,10 +53,7 @@ def to_json(results: Sequence[RetrievalResult], meta: dict[str, Any] | None = No
 
 def write_json(results: Sequence[RetrievalResult], path: str | Path, meta: dict[str, Any] | None = None) -> Path:
     """Write :func:`to_json` to ``path`` (parents created); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_json(results, meta), indent=2, default=_jsonable) + "\n")
-    return path
+    return _write_text(path, json.dumps(to_json(results, meta), indent=2, default=_jsonable) + "\n")
 
 
 def write_markdown(results: Sequence[RetrievalResult], path: str | Path, title: str = "Retrieval results") -> Path:
@@ -69,9 +66,13 @@ def write_markdown(results: Sequence[RetrievalResult], path: str | Path, title: 
              for r in results if r.queries_without_positive]
     if notes:
         lines += ["", *notes]
+    return _write_text(path, "\n".join(lines) + "\n")
+
+
+def _write_text(path: str | Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(text)
     return path
 
 
@@ -97,6 +98,14 @@ def _figure(width_in: float, height_in: float) -> Any:
     return figure
 
 
+def _save_figure(figure: Any, path: str | Path) -> Path:
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    return path
+
+
 def plot_recall_curves(results: Sequence[RetrievalResult], path: str | Path, title: str = "Recall@k") -> Path:
     """Recall@k for every k (1..K) per benchmark on one PNG, with the reported cut-offs marked."""
     figure = _figure(6.4, 4.4)
@@ -115,11 +124,7 @@ def plot_recall_curves(results: Sequence[RetrievalResult], path: str | Path, tit
     axes.grid(True, which="both", alpha=0.3)
     axes.set_title(title)
     axes.legend(loc="best", fontsize=8)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    return path
+    return _save_figure(figure, path)
 
 
 def _thumbnail(path: Path, height: int) -> np.ndarray:
@@ -204,8 +209,4 @@ def plot_retrievals(
             axes.set_title(label, fontsize=8, color=colour)
     figure.suptitle(f"{result.name}: query (blue), top-{k} retrievals (green = positive, red = not), "
                     "first positive (dashed)", fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
-    return path
+    return _save_figure(figure, path)

@@ -36,7 +36,7 @@ from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.base import Head
 from aggzoo.models.vpr_model import VPRModel, build_head
 
-__all__ = ["allowed_classes", "build_head_for", "build_model", "normalise_spec"]
+__all__ = ["allowed_classes", "build_head_for", "build_model", "class_path", "normalise_spec"]
 
 _TARGET = "_target_"
 _PARTIAL = "_partial_"
@@ -48,7 +48,8 @@ _MOVED = MappingProxyType({
 })
 
 
-def _path(cls: type) -> str:
+def class_path(cls: type) -> str:
+    """The ``_target_`` that names ``cls``: ``"<module>.<qualname>"``."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
@@ -70,7 +71,7 @@ def allowed_classes() -> Mapping[str, type]:
             cls = stack.pop()
             stack.extend(cls.__subclasses__())
             if cls is not Head and cls.__module__.startswith("aggzoo.models."):
-                allowed[_path(cls)] = cls
+                allowed[class_path(cls)] = cls
     return MappingProxyType(allowed)
 
 

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aggzoo.errors import ConversionError
-from aggzoo.hub.builder import build_model
+from aggzoo.hub.builder import build_model, class_path
 from aggzoo.hub.remap import Rule
 from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
 from aggzoo.models.backbones.lopa import LoPAViT
@@ -82,19 +82,15 @@ _TIMM_BACKBONE = "backbone.model."
 # -- specs -----------------------------------------------------------------------------------------
 
 
-def _path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def backbone(model_name: str, *, cls: type[TimmBackbone] = TimmBackbone, **kwargs: Any) -> dict[str, Any]:
     """The spec of ``cls(model_name, **kwargs)``."""
-    return {"_target_": _path(cls), "model_name": model_name, **kwargs}
+    return {"_target_": class_path(cls), "model_name": model_name, **kwargs}
 
 
 def head(cls: type[Head], **kwargs: Any) -> dict[str, Any]:
     """``head(GeM, p=3.0)`` -> ``{"_target_": "aggzoo.models.heads.gem.GeM", "p": 3.0}``: the
     arguments that differ from the class defaults (which are the paper's)."""
-    return {"_target_": _path(cls), **kwargs}
+    return {"_target_": class_path(cls), **kwargs}
 
 
 #: DINOv2 models are built for 322 x 322 inputs (23 x 23 patches), the evaluation size of SALAD,
