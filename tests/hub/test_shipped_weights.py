@@ -171,6 +171,9 @@ def test_a_built_wheel_carries_the_shipped_weights(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         inside = {name.removeprefix("aggzoo/weights/"): archive.read(name) for name in archive.namelist()
                   if name.startswith("aggzoo/weights/")}
+        modules = {name for name in archive.namelist() if name.endswith(".py")}
+    # Every module of the source tree is in the wheel (a folder without __init__.py would be skipped).
+    assert {p.relative_to(repo / "src").as_posix() for p in (repo / "src" / "aggzoo").rglob("*.py")} <= modules
     shipped = json.loads((repo / "weights" / "manifest.json").read_text())
     files = [entry["file"] for entry in shipped["entries"]]
     assert files and {"manifest.json", *files} <= set(inside)
