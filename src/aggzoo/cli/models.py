@@ -3,7 +3,7 @@ descriptor size, input size, source, licence, recorded R@1)."""
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections.abc import Sequence
 
 from aggzoo.hub.factory import list_pretrained
@@ -24,8 +24,10 @@ def pretrained_table(pattern: str = "*") -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    print(pretrained_table(args[0] if args else "*"))
+    parser = argparse.ArgumentParser(prog="python -m aggzoo.cli.models", description=__doc__.split("\n")[0])
+    parser.add_argument("pattern", nargs="?", default="*", help="glob over <architecture>.<tag> names (default: all)")
+    args = parser.parse_args(argv)
+    print(pretrained_table(args.pattern))
     return 0
 
 
