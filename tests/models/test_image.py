@@ -111,7 +111,7 @@ def test_register_models_are_supported() -> None:
 
 def test_init_from_clusters_sets_alpha_times_normalised_centroids() -> None:
     backbone = _backbone()
-    assert backbone.needs_data_init and backbone.num_clusters == T
+    assert backbone.data_init == "kmeans" and backbone.kmeans_clusters == T
     assert backbone.aggregation_tokens.std().item() == pytest.approx(1e-6, rel=0.5)
     centroids = torch.zeros(T, 64)
     centroids[0, 0], centroids[1, 1], centroids[2, 2] = 2.0, 3.0, 0.5

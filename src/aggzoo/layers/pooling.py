@@ -5,7 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["gem", "GeM"]
+__all__ = ["GEM_P_LR_MULTIPLIER", "gem", "GeM"]
+
+#: Upstream (filipradenovic/cnnimageretrieval-pytorch) trains GeM's ``p`` at 10x the base learning
+#: rate and without weight decay; heads that hold a learnable GeM declare it with this factor.
+GEM_P_LR_MULTIPLIER = 10.0
 
 
 def gem(x: Tensor, p: Tensor | float, eps: float = 1e-6) -> Tensor:

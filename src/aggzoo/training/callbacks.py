@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aggzoo.models.backbones.timm_backbone import TimmBackbone
+from aggzoo.models.data_init import DataInit, DataInitDeclaring
 from aggzoo.models.modes import evaluating
 
 __all__ = ["HeadDataInit", "UntrainedBaseline", "sample_local_descriptors", "sample_pooled_embeddings", "kmeans",
@@ -19,19 +21,31 @@ __all__ = ["HeadDataInit", "UntrainedBaseline", "sample_local_descriptors", "sam
 log = logging.getLogger(__name__)
 
 
-def data_init_targets(model: nn.Module) -> list[nn.Module]:
-    """Modules that want k-means initialisation (``needs_data_init`` and ``init_from_clusters``)."""
-    return [m for m in model.modules() if getattr(m, "needs_data_init", False) and hasattr(m, "init_from_clusters")]
+def _declaring(model: nn.Module, kind: DataInit) -> list[DataInitDeclaring]:
+    return [m for m in model.modules() if isinstance(m, DataInitDeclaring) and m.data_init == kind]
 
 
-def pooled_init_targets(model: nn.Module) -> list[nn.Module]:
-    """Modules initialised from pooled image embeddings (``needs_data_init`` and ``init_from_pooled``,
-    e.g. GSP's prototypes)."""
-    return [m for m in model.modules() if getattr(m, "needs_data_init", False) and hasattr(m, "init_from_pooled")]
+def data_init_targets(model: nn.Module) -> list[DataInitDeclaring]:
+    """Modules (heads or backbones) that declare ``data_init = "kmeans"`` (NetVLAD, ImAge tokens)."""
+    return _declaring(model, "kmeans")
+
+
+def pooled_init_targets(model: nn.Module) -> list[DataInitDeclaring]:
+    """Modules that declare ``data_init = "pooled"`` (GSP's prototypes)."""
+    return _declaring(model, "pooled")
+
+
+def _local_feature_map(backbone: nn.Module, images: Tensor) -> Tensor:
+    # A TimmBackbone says which map k-means reads (ImAge clusters the patch tokens of the plain
+    # backbone, without its inserted tokens); any other backbone gives its last map.
+    if isinstance(backbone, TimmBackbone):
+        return backbone.data_init_features(images)
+    return backbone(images).last
 
 
 @torch.no_grad()
-def sample_pooled_embeddings(model: nn.Module, loader: torch.utils.data.DataLoader, targets: list[nn.Module], *,
+def sample_pooled_embeddings(model: nn.Module, loader: torch.utils.data.DataLoader,
+                             targets: list[DataInitDeclaring], *,
                              device: torch.device) -> list[Tensor]:
     """For each target, its ``pooled_embedding(backbone features)`` of every image: ``[N, D]`` each."""
     chunks: list[list[Tensor]] = [[] for _ in targets]
@@ -53,10 +67,7 @@ def sample_local_descriptors(model: nn.Module, loader: torch.utils.data.DataLoad
     with evaluating(model):
         for images, _ in loader:
             images = images.to(device)
-            # A backbone may define which map its own k-means init reads (ImAge clusters the
-            # patch tokens of the plain backbone, without its inserted tokens).
-            extract = getattr(model.backbone, "data_init_features", None)
-            fmap = (extract(images) if extract is not None else model.backbone(images).last).float()  # [B, C, H, W]
+            fmap = _local_feature_map(model.backbone, images).float()  # [B, C, H, W]
             local = F.normalize(fmap.flatten(2).transpose(1, 2), dim=2).cpu()  # [B, HW, C]
             for feats in local:
                 take = torch.randperm(feats.shape[0], generator=gen)[: per_image]
@@ -80,13 +91,16 @@ def kmeans(descriptors: Tensor, num_clusters: int, *, niter: int = 100, seed: in
 class HeadDataInit(L.Callback):
     """Initialise heads from data before the first step. Two protocols:
 
-    - k-means (NetVLAD centroids, ImAge tokens): ``descriptors_per_image`` local features from each
-      of ``num_images`` training images (the reference NetVLAD code uses ~50k descriptors, ~100 per
-      image), clustered with faiss k-means; then ``init_from_clusters(centroids, descriptors)`` on
-      every module that asks for it (:func:`data_init_targets`);
-    - pooled embeddings (GSP prototypes): ``pooled_embedding(features)`` of ``pooled_images``
+    - ``data_init = "kmeans"`` (NetVLAD centroids, ImAge tokens): ``descriptors_per_image`` local
+      features from each of ``num_images`` training images (the reference NetVLAD code uses ~50k
+      descriptors, ~100 per image), clustered with faiss k-means into ``kmeans_clusters`` centres;
+      then ``init_from_clusters(centroids, descriptors)`` (:func:`data_init_targets`);
+    - ``data_init = "pooled"`` (GSP prototypes): ``pooled_embedding(features)`` of ``pooled_images``
       training images (upstream GSP keeps a 1024-entry memory), passed to ``init_from_pooled``
       (:func:`pooled_init_targets`).
+
+    Modules are chosen by the kind they declare (:mod:`aggzoo.models.data_init`), and only the
+    methods of that kind are called.
 
     Skipped when the run resumes from a checkpoint, whose weights are already trained.
     """
@@ -109,7 +123,7 @@ class HeadDataInit(L.Callback):
             descriptors = sample_local_descriptors(model, loader, per_image=self.descriptors_per_image,
                                                    seed=self.seed, device=device)
             for target in targets:
-                centroids = kmeans(descriptors, target.num_clusters, niter=self.niter, seed=self.seed)
+                centroids = kmeans(descriptors, target.kmeans_clusters, niter=self.niter, seed=self.seed)
                 target.init_from_clusters(centroids.to(device), descriptors.to(device))
             log.info("k-means init of %s from %d local descriptors in %.1fs",
                      [type(t).__name__ for t in targets], descriptors.shape[0], time.perf_counter() - start)

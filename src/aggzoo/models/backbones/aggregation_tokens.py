@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
+from aggzoo.models.data_init import DataInit
 from aggzoo.models.features import Features
 
 __all__ = ["AggregationTokenViT", "token_scale"]
@@ -59,13 +60,13 @@ class AggregationTokenViT(TimmBackbone):
     ``x: [B, 3, H, W] -> Features(maps=([B, C, H/p, W/p],), cls=[B, C], tokens=[B, T, C])``, all after
     the final LayerNorm. The tokens are ``self.aggregation_tokens: [1, T, C]`` (init normal, std 1e-6).
 
-    Data-dependent initialisation (``needs_data_init``): k-means on L2-normalised final patch
+    Data-dependent initialisation (``data_init = "kmeans"``): k-means on L2-normalised final patch
     features of the backbone *without* tokens (:meth:`data_init_features`), then
     :meth:`init_from_clusters` sets the tokens to ``alpha * c_hat``.
     """
 
-    #: The tokens can be initialised from k-means centroids by the data-init callback.
-    needs_data_init: ClassVar[bool] = True
+    #: The tokens are initialised from k-means centroids by the data-init callback.
+    data_init: ClassVar[DataInit] = "kmeans"
 
     def __init__(
         self,
@@ -92,8 +93,8 @@ class AggregationTokenViT(TimmBackbone):
         nn.init.normal_(self.aggregation_tokens, std=1e-6)
 
     @property
-    def num_clusters(self) -> int:
-        """k-means clusters the data-init callback should compute: one per token."""
+    def kmeans_clusters(self) -> int:
+        """k-means clusters the data-init callback computes: one per token."""
         return self.num_tokens
 
     @torch.no_grad()

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from aggzoo.models.data_init import DataInitDeclaring
 from aggzoo.models.features import Features
 
 __all__ = ["TimmBackbone", "OFFLINE_IMAGENET_WEIGHTS"]
@@ -34,7 +35,7 @@ OFFLINE_IMAGENET_WEIGHTS: dict[str, Callable[[nn.Module], None]] = {
 }
 
 
-class TimmBackbone(nn.Module):
+class TimmBackbone(DataInitDeclaring, nn.Module):
     """A timm model cut to the levels a head needs.
 
     Args:
@@ -54,6 +55,10 @@ class TimmBackbone(nn.Module):
             ``drop_path_rate``, ...).
 
     Shapes: ``x: [B, 3, H, W] -> Features(maps=([B, C_l, H/r_l, W/r_l], ...), cls=[B, C] | None)``.
+
+    A backbone can be initialised from data like a head (:attr:`data_init`, see
+    :mod:`aggzoo.models.data_init`; none is by default), and :meth:`data_init_features` says which
+    map the k-means initialisation of any module of the model clusters.
     """
 
     def __init__(
@@ -127,6 +132,12 @@ class TimmBackbone(nn.Module):
             if params and all(not p.requires_grad for p in params) and not list(module.children()):
                 frozen_modules.append(module)
         return frozen_modules
+
+    @torch.no_grad()
+    def data_init_features(self, images: Tensor) -> Tensor:
+        """The map ``[B, C, H, W]`` whose L2-normalised positions k-means initialisations cluster
+        (NetVLAD's centroids): the last map."""
+        return self(images).last
 
     def train(self, mode: bool = True) -> TimmBackbone:
         super().train(mode)

@@ -68,7 +68,7 @@ class A2GC(SALAD):
         geo_dim: dimension of the coordinate embedding and cluster geometry vectors (16).
         geo_lambda: weight ``lambda`` of the geometric compatibility score (0.15).
 
-    ``features.last: [B, C, H, W]``, ``features.cls: [B, C]`` -> ``[B, g + m*l]`` (8448).
+    Shapes: ``Features(maps=(..., [B, C, H, W]), cls=[B, C]) -> [B, g + m*l]`` (8448), ``H*W > m``.
     Keys as upstream: SALAD's plus ``geo_proj.{weight,bias}`` and ``cluster_geo: [m, geo_dim]``.
     """
 

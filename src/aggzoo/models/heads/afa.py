@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aggzoo.layers.attention import ChannelAttention, SpatialAttention, composite_weights
+from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER
 from aggzoo.layers.pooling import GeM as GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import FeatureLevel, Head
@@ -75,8 +76,11 @@ class AFA(Head):
         p: GeM exponent init (3).
         proj_dim: if set, a Linear ``dim -> proj_dim`` before the final L2; ``D = proj_dim or dim``.
 
-    Shapes: ``Features(maps=(f_1..f_L)) -> [B, D]``.
+    Shapes: ``Features(maps=(f_1, ..., f_L)) -> [B, D]``, ``f_l: [B, C_l, H_l, W_l]``, L >= 2.
     """
+
+    #: fuses several levels: the backbone needs several out_indices
+    min_levels = 2
 
     def __init__(
         self,
@@ -164,3 +168,9 @@ class AFA(Head):
 
     def forward(self, features: Features) -> Tensor:
         return F.normalize(self.fc(self.pool(self.fuse(features))), dim=-1)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"pool.p"}
+
+    def lr_multipliers(self) -> dict[str, float]:
+        return {"pool.p": GEM_P_LR_MULTIPLIER}

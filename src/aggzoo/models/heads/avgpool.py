@@ -15,7 +15,10 @@ __all__ = ["AvgPool"]
 
 
 class AvgPool(Head):
-    """Global average pooling of the last map, L2-normalised. No parameters."""
+    """Global average pooling of the last map, L2-normalised. No parameters.
+
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, C]``.
+    """
 
     def __init__(self, in_channels: int) -> None:
         super().__init__()

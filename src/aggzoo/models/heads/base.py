@@ -1,4 +1,10 @@
-"""The head contract: ``Features -> [B, D]`` L2-normalised descriptors."""
+"""The head contract: ``Features -> [B, D]`` L2-normalised descriptors, and what a head needs.
+
+A head declares on its class what it needs from the backbone and from training, so that no list
+elsewhere names it: the model builder, preflight (:mod:`aggzoo.run.preflight`), the data-init
+callback, the optimiser's parameter groups, the contract tests and ``benchmarks/heads.py`` all read
+these declarations.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +13,65 @@ from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
+from aggzoo.models.data_init import DataInit, DataInitDeclaring
 from aggzoo.models.features import Features
 
-__all__ = ["Head", "FeatureLevel"]
+__all__ = ["Head", "FeatureLevel", "DataInit"]
 
 FeatureLevel = dict[str, Any]
 """One entry of a backbone's ``feature_info``: ``{"num_chs": int, "reduction": int, "module": str}``."""
 
 
-class Head(nn.Module):
+class Head(DataInitDeclaring, nn.Module):
     """Base class of every aggregation head.
 
-    Subclasses take ``in_channels`` as their first constructor argument, set ``self.out_dim`` and
+    Subclasses take ``in_channels`` as their first constructor argument (then keyword-only
+    hyperparameters whose defaults are the paper's configuration), set ``self.out_dim`` and
     implement ``forward(features) -> [B, out_dim]`` with unit-norm rows. A head that needs several
     levels overrides :meth:`in_channels_from` so the model builder can hand it the right channels
     without any channel count being written in YAML.
+
+    What a head needs (class-level declarations, safe defaults for a head that reads only the last map):
+
+    - :attr:`needs_cls`: it reads ``features.cls`` (a ViT backbone with a class token);
+    - :attr:`needs_tokens`: it reads ``features.tokens`` (a backbone that inserts aggregation tokens);
+    - :attr:`min_levels`: the fewest backbone levels (``features.maps``) it fuses;
+    - :attr:`required_map_size`: the one ``(H, W)`` of the last map it was built for, if any
+      (an instance property: MixVPR's ``in_h``/``in_w`` are constructor arguments);
+    - :attr:`min_positions`: the fewest local features ``H*W`` of the last map it accepts;
+    - :attr:`data_init` (from :class:`~aggzoo.models.data_init.DataInitDeclaring`): ``"none"``,
+      ``"kmeans"`` or ``"pooled"`` initialisation from data before training, with the methods that
+      kind calls;
+    - :meth:`no_weight_decay` / :meth:`lr_multipliers`: parameter names, relative to the head, that
+      train without weight decay or with a scaled learning rate (timm's ``no_weight_decay()`` pattern).
     """
 
     out_dim: int
-    #: True when the head's parameters are initialised from data by a callback before training.
-    needs_data_init: ClassVar[bool] = False
+    #: reads the ViT class token ``features.cls``
+    needs_cls: ClassVar[bool] = False
+    #: reads ``features.tokens`` (aggregation tokens inserted by the backbone)
+    needs_tokens: ClassVar[bool] = False
+    #: the fewest backbone levels it fuses (2 for multi-level heads such as AFA/IDA)
+    min_levels: ClassVar[int] = 1
+    data_init: ClassVar[DataInit] = "none"
+
+    @property
+    def required_map_size(self) -> tuple[int, int] | None:
+        """The ``(H, W)`` the last map must have (``None``: any size)."""
+        return None
+
+    @property
+    def min_positions(self) -> int:
+        """The fewest local features ``n = H*W`` of the last map the head accepts."""
+        return 1
+
+    def no_weight_decay(self) -> set[str]:
+        """Names (or globs) of parameters, relative to the head, to train with ``weight_decay=0``."""
+        return set()
+
+    def lr_multipliers(self) -> dict[str, float]:
+        """Names (or globs) of parameters, relative to the head -> factor of the base learning rate."""
+        return {}
 
     @classmethod
     def in_channels_from(cls, feature_info: Sequence[FeatureLevel]) -> int | tuple[int, ...]:

@@ -79,7 +79,7 @@ class BoQ(Head):
         num_layers: ``L``, number of BoQ blocks (paper: 2).
         row_dim: ``R``, output rows of the final projection over the ``L*Q`` query outputs (paper: 32).
 
-    Shapes: ``features.last: [B, C, H, W] -> [B, p * R]``, laid out ``[p, R]`` (channel-major).
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, p * R]``, laid out ``[p, R]`` (channel-major).
     :meth:`attention_maps` returns the cross-attention of every block.
     """
 

@@ -35,6 +35,8 @@ class ClassAttention(Head):
             must grow before it tells images apart: a short retrieval fine-tune learns little
             (``conf/head/classattn.yaml`` has the measured figures); 1.0 trains at once.
         proj_dim: if set, a Linear ``C -> proj_dim`` before the final L2; ``D = proj_dim or C``.
+
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, D]``.
     """
 
     def __init__(

@@ -35,7 +35,7 @@ class ConvAP(Head):
         s1: output rows of the adaptive average pooling.
         s2: output columns of the adaptive average pooling.
 
-    Shapes: ``features.last: [B, C, H, W] -> [B, d * s1 * s2]``, laid out ``[d, s1, s2]``
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, d * s1 * s2]``, laid out ``[d, s1, s2]``
     (channel-major, then row, then column).
     """
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aggzoo.layers.pooling import GeM
+from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER, GeM
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
@@ -42,10 +42,10 @@ class CosPlace(Head):
         in_channels: ``C`` of the last map (2048 for the released ResNet-50/101 after layer4).
         out_dim: ``D``, the descriptor size (training default 512; released ResNet-50/101 models
             go up to 2048).
-        p: initial GeM exponent (learned; init 3).
+        p: initial GeM exponent (learned; init 3; 10x learning rate and no weight decay, as GeM).
         eps: GeM clamp floor.
 
-    Shapes: ``features.last: [B, C, H, W] -> [B, D]``.
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, D]``.
     """
 
     def __init__(self, in_channels: int, *, out_dim: int = 512, p: float = 3.0, eps: float = 1e-6) -> None:
@@ -63,3 +63,9 @@ class CosPlace(Head):
 
     def forward(self, features: Features) -> Tensor:
         return self.aggregation(features.last)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"aggregation.1.p"}
+
+    def lr_multipliers(self) -> dict[str, float]:
+        return {"aggregation.1.p": GEM_P_LR_MULTIPLIER}

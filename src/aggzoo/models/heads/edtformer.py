@@ -97,8 +97,10 @@ class EDTformer(Head):
         out_rows: ``R``, query projection size (paper: 16).
         dropout: dropout in the attention and residual branches during training (paper code: 0.1).
 
-    Shapes: ``cls: [B, C], last: [B, C, H, W] -> [B, d * R]``, laid out ``[d, R]`` (channel-major).
+    Shapes: ``Features(maps=(..., [B, C, H, W]), cls=[B, C]) -> [B, d * R]``, laid out ``[d, R]`` (channel-major).
     """
+
+    needs_cls = True
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aggzoo.layers.attention import GlobalContextBlock
+from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER
 from aggzoo.layers.pooling import GeM as GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
@@ -32,7 +33,9 @@ class GCNet(Head):
     Args:
         in_channels: ``C`` of the last map; ``D = C``.
         ratio: bottleneck ratio of the context transform, ``planes = C * ratio`` (paper: 1/16).
-        p: GeM exponent init (3).
+        p: GeM exponent init (3; trained at 10x the learning rate, no weight decay, as GeM).
+
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, C]``.
     """
 
     def __init__(self, in_channels: int, *, ratio: float = 1 / 16, p: float = 3.0) -> None:
@@ -44,3 +47,9 @@ class GCNet(Head):
 
     def forward(self, features: Features) -> Tensor:
         return F.normalize(self.pool(self.block(features.last)), dim=-1)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"pool.p"}
+
+    def lr_multipliers(self) -> dict[str, float]:
+        return {"pool.p": GEM_P_LR_MULTIPLIER}

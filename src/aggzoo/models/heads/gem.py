@@ -4,8 +4,8 @@ F. Radenovic, G. Tolias, O. Chum, "Fine-tuning CNN Image Retrieval with No Human
 TPAMI 2018, arXiv:1711.02512. Original code: filipradenovic/cnnimageretrieval-pytorch (MIT).
 
 ``x: [B, C, H, W] -> (mean_i clamp(x_i, eps)^p)^(1/p) -> L2 -> [B, C]``, p learnable (init 3).
-Upstream trains ``p`` with a 10x learning rate and no weight decay; the training module's
-parameter groups do the same through the ``gem_p`` group name.
+Upstream trains ``p`` with a 10x learning rate and no weight decay; the head declares it
+(:meth:`GeM.no_weight_decay`, :meth:`GeM.lr_multipliers`) and the optimiser's parameter groups read it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
+from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER
 from aggzoo.layers.pooling import GeM as GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
@@ -27,7 +28,9 @@ class GeM(Head):
         in_channels: ``C`` of the last map; the descriptor has ``D = C``.
         p: initial exponent (paper: 3). ``p = 1`` is average pooling, ``p -> inf`` max pooling.
         eps: clamp floor that keeps ``x^p`` defined for non-positive activations.
-        learn_p: train ``p`` (paper) or keep it fixed.
+        learn_p: train ``p`` (paper; 10x learning rate, no weight decay) or keep it fixed.
+
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, C]``.
     """
 
     def __init__(self, in_channels: int, *, p: float = 3.0, eps: float = 1e-6, learn_p: bool = True) -> None:
@@ -38,3 +41,9 @@ class GeM(Head):
 
     def forward(self, features: Features) -> Tensor:
         return F.normalize(self.pool(features.last), dim=-1)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"pool.p"}
+
+    def lr_multipliers(self) -> dict[str, float]:
+        return {"pool.p": GEM_P_LR_MULTIPLIER}

@@ -35,7 +35,7 @@ class GeMPlus(Head):
         p: the fixed exponent (paper: 4.6).
         eps: clamp floor that keeps ``x^p`` defined for non-positive activations (paper code: 1e-8).
 
-    Shapes: ``features.last: [B, C, H, W] -> [B, C]``.
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, C]``.
     """
 
     def __init__(self, in_channels: int, *, p: float = 4.6, eps: float = 1e-8) -> None:

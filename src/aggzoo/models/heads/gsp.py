@@ -19,7 +19,7 @@ fractions ``w_i = (1 - n rho_i) / mu = sigmoid(l + log s_i) / mu`` (mean 1), and
 
 ``mu = 1`` moves all the mass (``lambda -> inf``, every ``w_i = 1``): exactly average pooling of ``z``.
 
-Prototype initialisation from data, as upstream (``needs_data_init``; run by the ``HeadDataInit``
+Prototype initialisation from data, as upstream (``data_init = "pooled"``; run by the ``HeadDataInit``
 callback before training): the L2-normalised average-pooled embeddings of about a thousand training
 images (upstream's 1024-entry memory) seed a greedy k-center selection (:func:`greedy_k_center`) whose
 ``K`` picks become the prototypes. Upstream fills that memory during its first training steps, while
@@ -115,12 +115,12 @@ class GSP(Head):
         entropy_weight: ``gamma`` in ``exp(-gamma c)`` (5.0).
         num_iters: fixed-point iterations (100).
 
-    ``features.last: [B, C, H, W] -> [B, D]``.
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, D]``.
     """
 
     #: the HeadDataInit callback calls :meth:`init_from_pooled` with :meth:`pooled_embedding` of
     #: training images before the first step
-    needs_data_init = True
+    data_init = "pooled"
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ class IDA(AFA):
         p: GeM exponent init (3).
         proj_dim: if set, a Linear ``dim -> proj_dim`` before the final L2; ``D = proj_dim or dim``.
 
-    Shapes: ``Features(maps=(f_1..f_L)) -> [B, D]``.
+    Shapes: ``Features(maps=(f_1, ..., f_L)) -> [B, D]``, ``f_l: [B, C_l, H_l, W_l]``, L >= 2.
     """
 
     def __init__(self, in_channels: Sequence[int], *, dim: int | None = None, fuse_level: int = -1, p: float = 3.0,

@@ -29,8 +29,10 @@ class ImAgeTokens(Head):
         in_channels: ``C`` of the tokens (the ViT width).
         num_tokens: ``T``; must equal the backbone's ``num_tokens`` (paper 8).
 
-    ``features.tokens: [B, T, C] -> [B, T*C]``, token-major (``[t0 c0..cC, t1 c0..cC, ...]``).
+    Shapes: ``Features(tokens=[B, T, C]) -> [B, T*C]``, token-major (``[t0 c0..cC, t1 c0..cC, ...]``).
     """
+
+    needs_tokens = True
 
     def __init__(self, in_channels: int, *, num_tokens: int = 8) -> None:
         super().__init__()

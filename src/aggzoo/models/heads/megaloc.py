@@ -33,8 +33,10 @@ class MegaLoc(Head):
         feat_dim: ``D``, the output dimension of the projection (8448, SALAD's size).
         dropout: SALAD's MLP dropout (upstream keeps SALAD's 0.3).
 
-    ``features.last: [B, C, H, W]``, ``features.cls: [B, C]`` -> ``[B, D]``.
+    Shapes: ``Features(maps=(..., [B, C, H, W]), cls=[B, C]) -> [B, D]``, ``H*W > m``.
     """
+
+    needs_cls = True
 
     def __init__(
         self,
@@ -52,6 +54,10 @@ class MegaLoc(Head):
                          dropout=dropout)
         self.linear = nn.Linear(self.agg.out_dim, feat_dim)
         self.out_dim = feat_dim
+
+    @property
+    def min_positions(self) -> int:
+        return self.agg.min_positions
 
     def forward(self, features: Features) -> Tensor:
         return F.normalize(self.linear(self.agg(features)), dim=-1)

@@ -72,7 +72,7 @@ class MixVPR(Head):
         mlp_ratio: ``r``, hidden width of a mixer relative to ``n`` (paper: 1).
         out_rows: ``R``, row-wise projection size (paper: 4).
 
-    Shapes: ``features.last: [B, C, in_h, in_w] -> [B, d * R]``, laid out ``[d, R]`` (channel-major).
+    Shapes: ``Features(maps=(..., [B, C, in_h, in_w])) -> [B, d * R]``, laid out ``[d, R]`` (channel-major).
     """
 
     def __init__(
@@ -96,6 +96,11 @@ class MixVPR(Head):
         self.mix = nn.Sequential(*(FeatureMixer(num_positions, mlp_ratio) for _ in range(mix_depth)))
         self.channel_proj = nn.Linear(in_channels, out_channels)
         self.row_proj = nn.Linear(num_positions, out_rows)
+
+    @property
+    def required_map_size(self) -> tuple[int, int]:
+        """``(in_h, in_w)``: the mixers are sized for ``n = in_h * in_w`` positions."""
+        return (self.in_h, self.in_w)
 
     def _check_input(self, x: Tensor) -> None:
         h, w = x.shape[-2:]

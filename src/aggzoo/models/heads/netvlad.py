@@ -47,11 +47,13 @@ class NetVLAD(Head):
         num_clusters: ``K`` (paper and benchmark default 64); ``D = K * C``.
         normalize_input: L2-normalise each local feature over channels first (paper: yes).
 
-    Before training, :class:`aggzoo.training.callbacks.HeadDataInit` runs k-means on local
-    features and calls :meth:`init_from_clusters` (``needs_data_init``).
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, K * C]``, laid out ``[K, C]`` (K-major).
+
+    Before training, :class:`aggzoo.training.callbacks.HeadDataInit` runs k-means (``K`` centres) on
+    local features and calls :meth:`init_from_clusters` (``data_init = "kmeans"``).
     """
 
-    needs_data_init = True
+    data_init = "kmeans"
 
     def __init__(self, in_channels: int, *, num_clusters: int = 64, normalize_input: bool = True) -> None:
         super().__init__()
@@ -61,6 +63,10 @@ class NetVLAD(Head):
         self.out_dim = num_clusters * in_channels
         self.conv = nn.Conv2d(in_channels, num_clusters, kernel_size=1, bias=False)
         self.centroids = nn.Parameter(torch.rand(num_clusters, in_channels))
+
+    @property
+    def kmeans_clusters(self) -> int:
+        return self.num_clusters
 
     @torch.no_grad()
     def init_from_clusters(self, centroids: Tensor, descriptors: Tensor) -> None:

@@ -70,7 +70,7 @@ class QAA(Head):
         feature_heads: attention heads of the codebook self-attention (16).
         score_heads: attention heads of the score queries' self- and cross-attention (16).
 
-    ``features.last: [B, C, H, W] -> [B, l*m]``. Keys as the port: ``queries_feature.*``,
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, l*m]``. Keys as the port: ``queries_feature.*``,
     ``queries_score.*``, ``score.{cross_attn, norm_out, conv}.*``.
     """
 

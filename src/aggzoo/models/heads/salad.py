@@ -70,10 +70,12 @@ class SALAD(Head):
         token_dim: ``g``, the dimension of the global scene token (paper 256).
         dropout: dropout after the first layer of the local-feature and score MLPs (paper 0.3).
 
-    ``features.last: [B, C, H, W]``, ``features.cls: [B, C]`` -> ``[B, g + m*l]``.
+    Shapes: ``Features(maps=(..., [B, C, H, W]), cls=[B, C]) -> [B, g + m*l]``, ``H*W > m``.
     State-dict names equal upstream's (``token_features.{0,2}``, ``cluster_features.{0,3}``,
     ``score.{0,3}``, ``dust_bin``).
     """
+
+    needs_cls = True
 
     #: Sinkhorn iterations and entropic regularisation (fixed in the paper).
     num_iters: int = 3
@@ -100,6 +102,11 @@ class SALAD(Head):
         self.cluster_features = _local_mlp(in_channels, cluster_dim, dropout)
         self.score = _local_mlp(in_channels, num_clusters, dropout)
         self.dust_bin = nn.Parameter(torch.tensor(1.0))
+
+    @property
+    def min_positions(self) -> int:
+        """Optimal transport with a dustbin needs more local features than clusters (``n > m``)."""
+        return self.num_clusters + 1
 
     def assignment(self, scores: Tensor, grid_size: tuple[int, int]) -> Tensor:
         """``S: [B, m, n]`` -> feature-to-cluster mass ``P: [B, m, n]`` in fp32 (dustbin dropped).
