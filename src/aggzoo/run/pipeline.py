@@ -5,11 +5,12 @@ The entry points ``train.py`` / ``eval.py`` only compose the config and call the
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
+from aggzoo.errors import ConfigError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmarks
 from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.report import format_table, write_json
@@ -46,7 +48,7 @@ from aggzoo.training.module import VPRLightningModule
 from aggzoo.training.timing import StepTimer
 
 __all__ = ["TrainingParts", "build_training", "compose_run_config", "evaluate", "load_benchmarks", "model_spec",
-           "train"]
+           "module_options", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -112,18 +114,32 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
     datamodule = VPRDataModule(train_dataset=train_dataset, val_sets=val_sets, eval_transform=test_transform,
                                places_per_batch=data.places_per_batch, num_workers=data.num_workers,
                                eval_batch_size=cfg.eval_batch_size, seed=cfg.seed)
-    options = cfg.model
-    compile_option = options.get("compile", False)
-    module = VPRLightningModule(
-        model, loss=instantiate(cfg.loss), optimizer=instantiate(cfg.optimizer),
-        scheduler=instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
-        lr_multipliers=options.lr_multipliers, no_weight_decay=options.no_weight_decay,
-        val_sets={name: (s.num_database, s.positives) for name, s in val_sets.items()},
-        recall_ks=cfg.recall_ks, head_fp32=options.get("head_fp32", False),
-        gather_loss=options.get("gather_loss", True),
-        gradient_checkpointing=options.get("gradient_checkpointing", False),
-        compile=OmegaConf.to_container(compile_option) if isinstance(compile_option, DictConfig) else bool(compile_option))
+    supplied = {
+        "loss": instantiate(cfg.loss), "optimizer": instantiate(cfg.optimizer),
+        "scheduler": instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
+        "val_sets": {name: (s.num_database, s.positives) for name, s in val_sets.items()},
+        "recall_ks": tuple(cfg.recall_ks),
+    }
+    module = VPRLightningModule(model, **supplied, **module_options(cfg, supplied=supplied.keys()))
     return TrainingParts(model, module, datamodule, test_sets, test_transform)
+
+
+def module_options(cfg: DictConfig, *, supplied: Iterable[str] = ()) -> dict[str, Any]:
+    """The ``model:`` node: keyword arguments of :class:`VPRLightningModule` that the recipe changes.
+
+    The module's signature holds every default, once; the node states only what differs (empty in
+    ``conf/train.yaml``), as a head's YAML states only what differs from its class. Override an
+    option with ``+model.head_fp32=true`` (``+``: the key is not in the default node).
+    """
+    node = cfg.get("model")
+    options: dict[str, Any] = dict(OmegaConf.to_container(node, resolve=True)) if node else {}
+    accepted = set(inspect.signature(VPRLightningModule.__init__).parameters) - {"self", "model", *supplied}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigError(f"model.{unknown[0]} is not an option of the training module; the model node takes "
+                          f"{sorted(accepted)} (keyword arguments of aggzoo.training.module.VPRLightningModule, "
+                          "whose signature holds their defaults)")
+    return options
 
 
 def compose_run_config(config_dir: str | Path, name: str, overrides: Sequence[str],

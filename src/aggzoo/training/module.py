@@ -21,10 +21,12 @@ import torch
 from torch import Tensor
 
 from aggzoo.models.features import Features
+from aggzoo.models.heads.base import Head
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.training.losses import MetricLoss
 
-__all__ = ["VPRLightningModule", "parameter_groups", "enable_gradient_checkpointing", "rng_state", "set_rng_state"]
+__all__ = ["VPRLightningModule", "declared_parameter_options", "parameter_groups", "enable_gradient_checkpointing",
+           "rng_state", "set_rng_state"]
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +34,40 @@ log = logging.getLogger(__name__)
 RNG_STATE_KEY = "aggzoo_rng_states"
 
 
-def parameter_groups(model: torch.nn.Module, *, base_lr: float, lr_multipliers: Mapping[str, float],
-                     no_weight_decay: Sequence[str]) -> list[dict[str, Any]]:
+def declared_parameter_options(model: torch.nn.Module) -> tuple[dict[str, float], set[str]]:
+    """What the heads inside ``model`` declare (:meth:`Head.lr_multipliers`, :meth:`Head.no_weight_decay`),
+    as globs over ``model``'s parameter names: ``({"head.pool.p": 10.0}, {"head.pool.p"})`` for GeM."""
+    multipliers: dict[str, float] = {}
+    no_decay: set[str] = set()
+    for path, module in model.named_modules():
+        if isinstance(module, Head):
+            prefix = f"{path}." if path else ""
+            multipliers.update({prefix + name: float(m) for name, m in module.lr_multipliers().items()})
+            no_decay.update(prefix + name for name in module.no_weight_decay())
+    return multipliers, no_decay
+
+
+def parameter_groups(model: torch.nn.Module, *, base_lr: float, lr_multipliers: Mapping[str, float] | None = None,
+                     no_weight_decay: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Split trainable parameters into optimizer groups.
 
-    ``lr_multipliers`` maps glob patterns over parameter names (``head.pool.p``, ``backbone.*``)
-    to a factor of the base LR (the first matching pattern wins); parameters matching
-    ``no_weight_decay`` get ``weight_decay=0`` (GeM's ``p``, as upstream). Frozen parameters are
-    left out. Each group carries a ``name`` (``lr_x10``, ``lr_x1_no_wd``) for the LR monitor.
+    Each head in ``model`` declares its own parameters that train with a scaled LR or without weight
+    decay (GeM's and CosPlace's ``p``: 10x, no weight decay, as upstream; see
+    :func:`declared_parameter_options`). ``lr_multipliers`` (glob over parameter names, e.g.
+    ``backbone.*`` -> factor of the base LR) and ``no_weight_decay`` (globs) add to these: for the
+    LR the first matching pattern wins, the given ones before the declared ones. Frozen parameters
+    are left out. Each group carries a ``name`` (``lr_x10``, ``lr_x1_no_wd``) for the LR monitor.
     """
+    declared_multipliers, declared_no_decay = declared_parameter_options(model)
+    multipliers = {**dict(lr_multipliers or {})}
+    multipliers.update({k: v for k, v in declared_multipliers.items() if k not in multipliers})
+    no_decay = [*no_weight_decay, *sorted(declared_no_decay)]
     groups: dict[tuple[float, bool], list[torch.nn.Parameter]] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        mult = next((m for pattern, m in lr_multipliers.items() if fnmatch.fnmatch(name, pattern)), 1.0)
-        decay = not any(fnmatch.fnmatch(name, pattern) for pattern in no_weight_decay)
+        mult = next((m for pattern, m in multipliers.items() if fnmatch.fnmatch(name, pattern)), 1.0)
+        decay = not any(fnmatch.fnmatch(name, pattern) for pattern in no_decay)
         groups.setdefault((float(mult), decay), []).append(param)
     out = []
     for (mult, decay), params in groups.items():
@@ -109,7 +130,7 @@ class VPRLightningModule(L.LightningModule):
         loss: the metric loss (with its miner).
         optimizer: ``partial`` of a torch optimizer without ``params`` (``conf/optimizer``).
         scheduler: ``partial`` of a factory in :mod:`aggzoo.training.schedulers` or ``None``.
-        lr_multipliers, no_weight_decay: see :func:`parameter_groups`.
+        lr_multipliers, no_weight_decay: added to what the heads declare; see :func:`parameter_groups`.
         val_sets: name -> (num_database, positives) of each validation set, in the order of
             the data module's validation loaders.
         recall_ks: the k of the logged Recall@k.
