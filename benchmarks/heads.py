@@ -2,15 +2,16 @@
 
     python benchmarks/heads.py [--repeats 5] [--heads gem,afa,...] [--no-backbones]
 
-Every ``conf/head/*.yaml`` is discovered at run time and fed synthetic backbone outputs of its
-paper configuration (batch 8):
+Every ``conf/head/*.yaml`` is discovered at run time and fed synthetic outputs of the paper
+backbones (batch 8), each input the head can take by what its class declares (``Head.needs_cls``,
+``needs_tokens``, ``min_levels``, ``required_map_size``, ``min_positions``), one row per input:
 
 - ``cnn``: ResNet-50 cut after layer3 at 320x320, ``maps=([8, 1024, 20, 20],)``;
-- ``cnn-ml``: the same network's layer1..layer3 for multi-level heads,
+- ``cnn-ml``: the same network's layer1..layer3, for multi-level heads (``min_levels > 1``),
   ``maps=([8, 256, 80, 80], [8, 512, 40, 40], [8, 1024, 20, 20])``;
 - ``dinov2``: ViT-B/14 at 322x322, ``maps=([8, 768, 23, 23],)``, ``cls=[8, 768]``,
-  ``tokens=[8, 8, 768]`` (for heads whose paper runs on DINOv2, listed in :data:`DINOV2_HEADS`,
-  and for any head that cannot run on CNN maps).
+  ``tokens=[8, 8, 768]``: the only input of heads that read the CLS token or aggregation tokens,
+  and the second one of single-level heads that need neither.
 
 Columns: forward latency (eval, no_grad) and forward+backward latency (train mode, gradients for
 the head's parameters *and* its input, as when the backbone is fine-tuned), medians of
@@ -46,14 +47,12 @@ from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from aggzoo.models.features import Features
+from aggzoo.models.heads.base import Head
 from aggzoo.models.vpr_model import build_head
 
 REPO = Path(__file__).resolve().parents[1]
 HEAD_CONFIGS = REPO / "conf" / "head"
 BATCH = 8
-
-#: heads whose paper configuration is DINOv2 ViT-B/14 (all others: ResNet-50 layer3)
-DINOV2_HEADS = frozenset({"salad", "salad544", "megaloc", "a2gc", "boq_dinov2", "edtformer", "qaa", "image"})
 
 #: (channels, height, width) per level, fine -> coarse, and what else the backbone returns
 INPUTS: dict[str, dict[str, Any]] = {
@@ -90,9 +89,21 @@ def build_head_from_config(config: Path, kind: str) -> nn.Module:
     return build_head(factory, SimpleNamespace(feature_info=feature_info(kind)))
 
 
-def is_multilevel(config: Path) -> bool:
-    head_cls = getattr(instantiate(OmegaConf.load(config)), "func", None)
-    return head_cls is not None and isinstance(head_cls.in_channels_from(feature_info("cnn-ml")), tuple)
+def input_kinds(config: Path) -> list[str]:
+    """The inputs of :data:`INPUTS` a head can take, from what its class declares."""
+    head_cls: type[Head] = instantiate(OmegaConf.load(config)).func
+    if head_cls.needs_cls or head_cls.needs_tokens:
+        return ["dinov2"]
+    if head_cls.min_levels > 1:
+        return ["cnn-ml"]
+    return ["cnn", "dinov2"]
+
+
+def fits(head: Head, kind: str) -> bool:
+    """Whether the last map of input ``kind`` has the size / number of positions the head declares."""
+    _, height, width = INPUTS[kind]["maps"][-1]
+    size = head.required_map_size
+    return (size is None or tuple(size) == (height, width)) and height * width >= head.min_positions
 
 
 # --- measurement -----------------------------------------------------------------------------
@@ -196,25 +207,24 @@ def run(configs: Sequence[Path], repeats: int, with_backbones: bool) -> list[dic
     print(HEADER, flush=True)
     rows = []
     for config in configs:
-        name = config.stem
-        kinds = ["dinov2"] if name in DINOV2_HEADS else (["cnn-ml"] if is_multilevel(config) else ["cnn", "dinov2"])
-        row: dict[str, Any] = {"head": name}
-        for kind in kinds:
+        for kind in input_kinds(config):
+            row: dict[str, Any] = {"head": config.stem}
             try:
                 torch.manual_seed(0)
                 head = build_head_from_config(config, kind)
+                if not fits(head, kind):
+                    continue
                 features = synthetic_features(kind)
                 cost = measure(head, call_head(features), leaves(features), repeats)
             except Exception as error:  # noqa: BLE001 - a head that cannot run here gets a row saying why
                 row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:90]}"
-                continue
-            row.update(
-                input=kind, dim=head.out_dim, params=sum(p.numel() for p in head.parameters()),
-                cost=cost, backbone_ms=backbone_ms.get(kind), error=None,
-            )
-            break
-        rows.append(row)
-        print(_format_row(row), flush=True)
+            else:
+                row.update(
+                    input=kind, dim=head.out_dim, params=sum(p.numel() for p in head.parameters()),
+                    cost=cost, backbone_ms=backbone_ms.get(kind), error=None,
+                )
+            rows.append(row)
+            print(_format_row(row), flush=True)
     return rows
 
 

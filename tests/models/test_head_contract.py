@@ -2,15 +2,24 @@
 
 A new head is tested here the moment its YAML exists: output shape = ``out_dim``, unit norm,
 batch size 1, finite values, a gradient for every trainable parameter, identical outputs after a
-state-dict round trip, and bf16 autocast on CPU without NaN.
+state-dict round trip, bf16 autocast on CPU without NaN, and its declarations (``Head.needs_cls``,
+``needs_tokens``, ``min_levels``, ``required_map_size``, ``min_positions``, ``data_init``,
+``no_weight_decay()``, ``lr_multipliers()``) hold.
 
-Heads that need a particular backbone (a CLS token, several levels, a fixed map size) get an entry
-in ``SETUPS``; everything else runs on ``test_resnet`` cut after its stride-16 stage.
+The backbone and image size come from those declarations, never from a list of head names:
+``test_vit`` for a head that reads the CLS token, ``test_vit`` with inserted aggregation tokens for
+one that reads tokens, ``test_resnet`` with several ``out_indices`` for a multi-level head and cut
+after its stride-16 stage otherwise; the image is sized for the head's fixed map size or its
+minimum number of local features.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import fnmatch
+import functools
+import inspect
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,45 +30,67 @@ from omegaconf import OmegaConf
 
 from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
-from aggzoo.models.vpr_model import VPRModel
+from aggzoo.models.data_init import DATA_INIT_METHODS, DataInitDeclaring
+from aggzoo.models.features import Features
+from aggzoo.models.heads.base import Head
+from aggzoo.models.vpr_model import VPRModel, build_head
 
 HEAD_CONFIGS = sorted((Path(__file__).resolve().parents[2] / "conf" / "head").glob("*.yaml"))
+
+#: Speed only, never needed for a head to be tested: the paper configuration's Linear(16640 -> 8448)
+#: is 140M parameters, so keep the structure and shrink the widths.
+FASTER: dict[str, dict[str, Any]] = {"megaloc": {"cluster_dim": 32, "feat_dim": 512}}
+
+MIN_SIDE = 128  # pixels: 8 x 8 maps at stride 16
 
 
 @dataclass(frozen=True)
 class Setup:
-    backbone: str = "test_resnet"
-    backbone_kwargs: dict[str, Any] = field(default_factory=lambda: {"out_indices": (3,)})
-    image_size: tuple[int, int] = (128, 128)  # -> 8 x 8 map at stride 16
-    head_overrides: dict[str, Any] = field(default_factory=dict)
-    backbone_cls: type = TimmBackbone  # a TimmBackbone subclass (e.g. one that inserts tokens)
+    backbone_cls: type[TimmBackbone]
+    backbone: str
+    backbone_kwargs: dict[str, Any]
+    image_size: tuple[int, int]
 
 
-VIT = Setup(backbone="test_vit", backbone_kwargs={"dynamic_img_size": True}, image_size=(160, 160))
-SETUPS: dict[str, Setup] = {
-    # name of conf/head/<name>.yaml -> Setup
-    "mixvpr": Setup(head_overrides={"in_h": 8, "in_w": 8}),  # 128x128 images -> 8x8 maps at stride 16
-    "boq_dinov2": VIT,
-    "edtformer": VIT,  # reads the class token
-    "salad": VIT,  # reads the class token; 10x10 = 100 patches > 64 clusters
-    "salad544": VIT,
-    # paper config's Linear(16640 -> 8448) is 140M parameters: keep the structure, shrink the widths
-    "megaloc": Setup(backbone="test_vit", backbone_kwargs={"dynamic_img_size": True}, image_size=(160, 160),
-                     head_overrides={"cluster_dim": 32, "feat_dim": 512}),
-    "a2gc": VIT,
-    "image": Setup(backbone="test_vit", backbone_cls=AggregationTokenViT, image_size=(160, 160),
-                          backbone_kwargs={"num_tokens": 8, "insert_before_block": 4, "dynamic_img_size": True}),
-    "afa": Setup(backbone_kwargs={"out_indices": (2, 3, 4)}),  # multi-level: 16x16, 8x8, 4x4 maps
-    "ida": Setup(backbone_kwargs={"out_indices": (2, 3, 4)}),
-}
+def head_partial(config_path: Path) -> functools.partial:
+    cfg = OmegaConf.merge(OmegaConf.load(config_path), FASTER.get(config_path.stem, {}))
+    return instantiate(cfg)
+
+
+def _backbone_for(head_cls: type[Head]) -> tuple[type[TimmBackbone], str, dict[str, Any]]:
+    if head_cls.needs_tokens:
+        return AggregationTokenViT, "test_vit", {"insert_before_block": 4, "dynamic_img_size": True}
+    if head_cls.needs_cls:
+        return TimmBackbone, "test_vit", {"dynamic_img_size": True}
+    if head_cls.min_levels > 1:
+        levels = max(head_cls.min_levels, 3)  # test_resnet has 5 levels; fuse the deepest ones
+        return TimmBackbone, "test_resnet", {"out_indices": tuple(range(5 - levels, 5)), "frozen_stages": 0}
+    return TimmBackbone, "test_resnet", {"out_indices": (3,)}
+
+
+def setup_for(config_path: Path) -> Setup:
+    """The tiny backbone and image size this head declares it needs."""
+    factory = head_partial(config_path)
+    backbone_cls, name, kwargs = _backbone_for(factory.func)
+    plain = TimmBackbone(name, **{k: v for k, v in kwargs.items() if k != "insert_before_block"})
+    probe = build_head(factory, plain)  # instance declarations depend on the constructor arguments
+    if probe.needs_tokens:
+        kwargs = {**kwargs, "num_tokens": probe.required_tokens}
+    stride = plain.feature_info[-1]["reduction"]
+    if probe.required_map_size is not None:
+        height, width = probe.required_map_size
+        size = (height * stride, width * stride)
+    else:
+        side = max(MIN_SIDE, math.ceil(math.sqrt(probe.min_positions)) * stride)
+        size = (side, side)
+    return Setup(backbone_cls, name, kwargs, size)
 
 
 def _build(config_path: Path, seed: int = 0) -> tuple[VPRModel, Setup]:
-    setup = SETUPS.get(config_path.stem, Setup())
+    setup = setup_for(config_path)
     torch.manual_seed(seed)
     backbone = setup.backbone_cls(setup.backbone, **setup.backbone_kwargs)
-    cfg = OmegaConf.merge(OmegaConf.load(config_path), setup.head_overrides)
-    return VPRModel(backbone, instantiate(cfg)), setup
+    return VPRModel(backbone, head_partial(config_path)), setup
 
 
 def _images(setup: Setup, batch: int, seed: int = 1) -> torch.Tensor:
@@ -73,11 +104,10 @@ def head_config(request: pytest.FixtureRequest) -> Path:
 
 
 def test_every_config_targets_its_constructor_keys(head_config: Path) -> None:
-    import inspect
-
     cfg = OmegaConf.to_container(OmegaConf.load(head_config))
     assert cfg.get("_partial_") is True, "heads are completed with in_channels at build time"
     target = instantiate({"_target_": "hydra.utils.get_class", "path": cfg["_target_"]})
+    assert issubclass(target, Head)
     params = inspect.signature(target.__init__).parameters
     for key in cfg:
         if not key.startswith("_"):
@@ -127,3 +157,64 @@ def test_bf16_autocast_on_cpu(head_config: Path) -> None:
         out = model(_images(setup, 2))
     assert torch.isfinite(out.float()).all()
     assert out.shape == (2, model.out_dim)
+
+
+# -- the declarations hold -------------------------------------------------------------------------
+
+
+def test_declared_parameters_exist(head_config: Path) -> None:
+    """``no_weight_decay()`` / ``lr_multipliers()`` name trainable parameters of the head."""
+    model, _ = _build(head_config)
+    head = model.head
+    names = [n for n, p in head.named_parameters() if p.requires_grad]
+    for pattern in (*head.no_weight_decay(), *head.lr_multipliers()):
+        assert any(fnmatch.fnmatch(n, pattern) for n in names), f"{pattern!r} names no trainable parameter of {head}"
+    assert all(m > 0 for m in head.lr_multipliers().values())
+
+
+def test_declared_data_init_is_implemented_and_runs(head_config: Path) -> None:
+    model, setup = _build(head_config)
+    for module in [m for m in model.modules() if isinstance(m, DataInitDeclaring)]:
+        kind = module.data_init
+        assert kind in DATA_INIT_METHODS
+        for method in DATA_INIT_METHODS[kind]:
+            assert getattr(type(module), method) is not getattr(DataInitDeclaring, method), \
+                f"{type(module).__name__} declares data_init={kind!r} but does not implement {method}"
+        gen = torch.Generator().manual_seed(0)
+        if kind == "kmeans":
+            descriptors = torch.nn.functional.normalize(torch.randn(256, model.backbone.out_channels, generator=gen))
+            module.init_from_clusters(descriptors[: module.kmeans_clusters], descriptors)
+        elif kind == "pooled":
+            with torch.no_grad():
+                dim = module.pooled_embedding(model.backbone(_images(setup, 1))).shape[-1]
+            module.init_from_pooled(torch.nn.functional.normalize(torch.randn(512, dim, generator=gen)))
+    model.eval()
+    with torch.no_grad():
+        assert torch.isfinite(model(_images(setup, 2))).all()
+
+
+def test_a_head_refuses_what_it_does_not_declare_to_need(head_config: Path) -> None:
+    """Without its CLS token / tokens, or at another map size, a head raises a ValueError (which
+    preflight reports); a head that does not declare the CLS token runs without it."""
+    model, setup = _build(head_config)
+    head = model.head.eval()
+    with torch.no_grad():
+        features = model.backbone.eval()(_images(setup, 1))
+        if head.needs_cls or head.needs_tokens:
+            with pytest.raises(ValueError):
+                head(Features(maps=features.maps))
+        else:
+            head(Features(maps=features.maps, tokens=features.tokens))
+        if head.required_map_size is not None:
+            h, w = head.required_map_size
+            smaller = tuple(torch.nn.functional.avg_pool2d(m, 2) for m in features.maps)
+            with pytest.raises(ValueError, match=f"{h}x{w}"):
+                head(Features(maps=smaller, cls=features.cls, tokens=features.tokens))
+
+
+def test_a_multi_level_head_refuses_a_single_level(head_config: Path) -> None:
+    factory = head_partial(head_config)
+    if factory.func.min_levels < 2:
+        pytest.skip("single-level head")
+    with pytest.raises(ValueError):
+        build_head(factory, TimmBackbone("test_resnet", out_indices=(3,)))

@@ -34,7 +34,8 @@ class Head(DataInitDeclaring, nn.Module):
     What a head needs (class-level declarations, safe defaults for a head that reads only the last map):
 
     - :attr:`needs_cls`: it reads ``features.cls`` (a ViT backbone with a class token);
-    - :attr:`needs_tokens`: it reads ``features.tokens`` (a backbone that inserts aggregation tokens);
+    - :attr:`needs_tokens`: it reads ``features.tokens`` (a backbone that inserts aggregation tokens),
+      :attr:`required_tokens` of them;
     - :attr:`min_levels`: the fewest backbone levels (``features.maps``) it fuses;
     - :attr:`required_map_size`: the one ``(H, W)`` of the last map it was built for, if any
       (an instance property: MixVPR's ``in_h``/``in_w`` are constructor arguments);
@@ -58,6 +59,11 @@ class Head(DataInitDeclaring, nn.Module):
     @property
     def required_map_size(self) -> tuple[int, int] | None:
         """The ``(H, W)`` the last map must have (``None``: any size)."""
+        return None
+
+    @property
+    def required_tokens(self) -> int | None:
+        """``T`` of the ``features.tokens: [B, T, C]`` it reads (heads that declare :attr:`needs_tokens`)."""
         return None
 
     @property

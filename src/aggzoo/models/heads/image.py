@@ -40,6 +40,10 @@ class ImAgeTokens(Head):
         self.num_tokens = num_tokens
         self.out_dim = num_tokens * in_channels
 
+    @property
+    def required_tokens(self) -> int:
+        return self.num_tokens
+
     def forward(self, features: Features) -> Tensor:
         tokens = features.tokens
         if tokens is None:
