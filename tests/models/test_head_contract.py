@@ -112,6 +112,8 @@ def test_every_config_targets_its_constructor_keys(head_config: Path) -> None:
     for key in cfg:
         if not key.startswith("_"):
             assert key in params, f"{head_config.name}: key {key!r} is not a constructor argument of {target}"
+    # preflight tells the user to set these, so they must be constructor arguments too
+    assert all(name in params for name in target.map_size_args or ())
 
 
 @pytest.mark.parametrize("batch", [1, 3])

@@ -51,17 +51,26 @@ def test_mixvpr_fixed_map_size(resnet: torch.nn.Module) -> None:
     (problem,) = model_problems(model, (48, 64), "data.image_size")
     assert problem.startswith("head MixVPR cannot aggregate backbone test_resnet's output at 48x64 images "
                               "(data.image_size); the backbone gives maps [192, 3, 4] ([C, H, W], fine to coarse), "
-                              "no CLS token. MixVPR was built for 20x20 feature maps")
+                              "no CLS token. MixVPR was built for 20x20 feature maps and got 3x4: set head.in_h=3 "
+                              "head.in_w=4 for these images, or use 320x320 images (stride 16)")
     assert model_problems(model, (320, 320), "data.image_size") == []  # 20x20 maps at stride 16
 
 
 def test_salad_needs_a_cls_token_and_more_features_than_clusters(resnet: torch.nn.Module, vit: torch.nn.Module) -> None:
     (problem,) = model_problems(VPRModel(resnet, _head("salad", resnet)), (64, 64), "image_size")
-    assert "no CLS token. SALAD needs a ViT backbone with a CLS token" in problem
+    assert problem.endswith("no CLS token. SALAD needs a ViT backbone with a CLS token (features.cls); backbone "
+                            "test_resnet gives none: use backbone=dinov2_vitb14 (or another timm ViT)")
     (problem,) = model_problems(VPRModel(vit, _head("salad", vit)), (32, 32), "image_size")
-    assert "got n=4 local features (H*W of the feature map) for m=64 clusters" in problem
+    assert problem.endswith("SALAD needs at least 65 local features (H*W of the feature map) and got n=4 (2x2): use "
+                            "images of at least 144x144 (stride 16), or a smaller head configuration")
     assert "the backbone gives maps [64, 2, 2]" in problem
     assert model_problems(VPRModel(vit, _head("salad", vit, num_clusters=3)), (32, 32), "image_size") == []
+
+
+def test_image_head_needs_aggregation_tokens(vit: torch.nn.Module) -> None:
+    (problem,) = model_problems(VPRModel(vit, _head("image", vit)), (32, 32), "image_size")
+    assert problem.endswith("a CLS token. ImAgeTokens reads aggregation tokens (features.tokens); backbone test_vit "
+                            "inserts none: use backbone=image_dinov2_vitb14_reg4 (AggregationTokenViT)")
 
 
 def test_vit_patch_multiple(vit: torch.nn.Module) -> None:

@@ -3,8 +3,10 @@ message instead of an hour later with a stack trace from inside a library.
 
 - The model: built (head on backbone), then a dry forward of two random images at each configured
   image size. Failures name the backbone, the head, the size, what the backbone produced and what
-  the head needs: channels, a fixed map size (MixVPR), a CLS token (SALAD), more local features
-  than clusters (SALAD, n > m), a ViT patch multiple.
+  the head needs: channels, a ViT patch multiple, and what the head declares on its class
+  (:class:`~aggzoo.models.heads.base.Head`): a CLS token (SALAD), aggregation tokens (ImAge),
+  several levels (AFA), a fixed map size (MixVPR: the ``head.in_h``/``head.in_w`` to set), more
+  local features than clusters (SALAD, n > m).
 - The data: image sizes, enough training places for one batch, benchmarks with queries that have
   positives (queries without any are counted and reported, as the standard protocols count them
   as misses), duplicated file names (a dataset extracted twice), and a fast scan of the benchmark
@@ -25,6 +27,7 @@ The hooks :mod:`aggzoo.run.pipeline` calls around a job live here too:
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +42,8 @@ from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unread
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import PreflightError, UserError
 from aggzoo.hub.builder import build_model
+from aggzoo.models.features import Features
+from aggzoo.models.heads.base import Head
 from aggzoo.models.modes import evaluating
 from aggzoo.run.config_schema import validate_config
 from aggzoo.training.interrupt import GracefulInterrupt
@@ -52,6 +57,7 @@ __all__ = [
     "build_model_checked",
     "image_size_problem",
     "model_problems",
+    "declared_needs_problem",
     "benchmark_problems",
     "check_training",
     "check_evaluation",
@@ -145,6 +151,47 @@ def _backbone_hint(backbone: nn.Module, height: int, width: int) -> str:
     return "Choose another image size or backbone."
 
 
+#: backbones (conf/backbone/*.yaml) that give what a head may declare it needs
+_CLS_BACKBONE = "dinov2_vitb14"
+_TOKENS_BACKBONE = "image_dinov2_vitb14_reg4"
+_MULTILEVEL_BACKBONE = "tf_efficientnet_lite0_multilevel"
+
+
+def _stride(backbone: nn.Module) -> int | None:
+    info = getattr(backbone, "feature_info", None)
+    return int(info[-1]["reduction"]) if info else None
+
+
+def declared_needs_problem(head: Head, backbone: nn.Module, features: Features) -> str | None:
+    """What ``head`` declares it needs (:class:`~aggzoo.models.heads.base.Head`) and ``features`` lack,
+    said with the fix; ``None`` when the declarations are met."""
+    name, source = type(head).__name__, _name(backbone)
+    if head.needs_cls and features.cls is None:
+        return (f"{name} needs a ViT backbone with a CLS token (features.cls); backbone {source} gives none: "
+                f"use backbone={_CLS_BACKBONE} (or another timm ViT)")
+    if head.needs_tokens and features.tokens is None:
+        return (f"{name} reads aggregation tokens (features.tokens); backbone {source} inserts none: "
+                f"use backbone={_TOKENS_BACKBONE} (AggregationTokenViT)")
+    if len(features.maps) < head.min_levels:
+        return (f"{name} fuses at least {head.min_levels} backbone levels; backbone {source} gives "
+                f"{len(features.maps)}: set backbone.out_indices to several levels "
+                f"(e.g. backbone={_MULTILEVEL_BACKBONE})")
+    height, width = features.last.shape[-2:]
+    stride = _stride(backbone)
+    size = head.required_map_size
+    if size is not None and (height, width) != tuple(size):
+        fix = (f"set {' '.join(f'head.{a}={v}' for a, v in zip(head.map_size_args or (), (height, width)))} "
+               "for these images" if head.map_size_args else "build the head for this size")
+        images = f", or use {size[0] * stride}x{size[1] * stride} images (stride {stride})" if stride else ""
+        return f"{name} was built for {size[0]}x{size[1]} feature maps and got {height}x{width}: {fix}{images}"
+    if height * width < head.min_positions:
+        side = math.ceil(math.sqrt(head.min_positions))
+        images = f"images of at least {side * stride}x{side * stride} (stride {stride})" if stride else "larger images"
+        return (f"{name} needs at least {head.min_positions} local features (H*W of the feature map) and got "
+                f"n={height * width} ({height}x{width}): use {images}, or a smaller head configuration")
+    return None
+
+
 @torch.no_grad()
 def model_problems(model: nn.Module, image_size: Sequence[int], key: str) -> list[str]:
     """Run ``model`` on two random images of ``image_size`` (eval mode, global RNG untouched) and
@@ -168,6 +215,10 @@ def model_problems(model: nn.Module, image_size: Sequence[int], key: str) -> lis
                     f"{_name(backbone)} gives {features.last.shape[1]} channels. Build the head from the backbone "
                     "(VPRModel(backbone, head_partial) reads in_channels from feature_info) or use the backbone "
                     "the head was made for."]
+        needs = declared_needs_problem(head, backbone, features) if isinstance(head, Head) else None
+        if needs is not None:
+            return [f"head {type(head).__name__} cannot aggregate backbone {_name(backbone)}'s output at {where}; "
+                    f"the backbone gives {produced}. {needs}"]
         try:
             descriptors = head(features)
         except Exception as err:  # noqa: BLE001

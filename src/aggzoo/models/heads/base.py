@@ -37,8 +37,8 @@ class Head(DataInitDeclaring, nn.Module):
     - :attr:`needs_tokens`: it reads ``features.tokens`` (a backbone that inserts aggregation tokens),
       :attr:`required_tokens` of them;
     - :attr:`min_levels`: the fewest backbone levels (``features.maps``) it fuses;
-    - :attr:`required_map_size`: the one ``(H, W)`` of the last map it was built for, if any
-      (an instance property: MixVPR's ``in_h``/``in_w`` are constructor arguments);
+    - :attr:`map_size_args` / :attr:`required_map_size`: the constructor arguments that fix the size
+      of the last map, and the one ``(H, W)`` this instance was built for (MixVPR's ``in_h``/``in_w``);
     - :attr:`min_positions`: the fewest local features ``H*W`` of the last map it accepts;
     - :attr:`data_init` (from :class:`~aggzoo.models.data_init.DataInitDeclaring`): ``"none"``,
       ``"kmeans"`` or ``"pooled"`` initialisation from data before training, with the methods that
@@ -56,10 +56,16 @@ class Head(DataInitDeclaring, nn.Module):
     min_levels: ClassVar[int] = 1
     data_init: ClassVar[DataInit] = "none"
 
+    #: the constructor arguments that fix the last map's ``(H, W)`` (MixVPR: ``("in_h", "in_w")``), if any
+    map_size_args: ClassVar[tuple[str, str] | None] = None
+
     @property
     def required_map_size(self) -> tuple[int, int] | None:
-        """The ``(H, W)`` the last map must have (``None``: any size)."""
-        return None
+        """The ``(H, W)`` the last map must have (``None``: any size): the values of :attr:`map_size_args`."""
+        if self.map_size_args is None:
+            return None
+        height, width = (int(getattr(self, name)) for name in self.map_size_args)
+        return height, width
 
     @property
     def required_tokens(self) -> int | None:

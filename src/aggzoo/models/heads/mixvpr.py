@@ -75,6 +75,9 @@ class MixVPR(Head):
     Shapes: ``Features(maps=(..., [B, C, in_h, in_w])) -> [B, d * R]``, laid out ``[d, R]`` (channel-major).
     """
 
+    #: the mixers are sized for ``n = in_h * in_w`` positions
+    map_size_args = ("in_h", "in_w")
+
     def __init__(
         self,
         in_channels: int,
@@ -96,11 +99,6 @@ class MixVPR(Head):
         self.mix = nn.Sequential(*(FeatureMixer(num_positions, mlp_ratio) for _ in range(mix_depth)))
         self.channel_proj = nn.Linear(in_channels, out_channels)
         self.row_proj = nn.Linear(num_positions, out_rows)
-
-    @property
-    def required_map_size(self) -> tuple[int, int]:
-        """``(in_h, in_w)``: the mixers are sized for ``n = in_h * in_w`` positions."""
-        return (self.in_h, self.in_w)
 
     def _check_input(self, x: Tensor) -> None:
         h, w = x.shape[-2:]
