@@ -27,7 +27,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> tuple[
     out = tmp_path_factory.mktemp("train")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AGGZOO_DATA", str(data_root))
-        cfg = compose_run_config("train", TINY + ["head=netvlad", "head.num_clusters=8", "trainer.max_epochs=2"], out)
+        cfg = compose_run_config("train", TINY + ["head=netvlad", "++head.num_clusters=8", "trainer.max_epochs=2"], out)
         result = train(cfg)
     return result, out
 

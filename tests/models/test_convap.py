@@ -37,7 +37,7 @@ def test_paper_configuration() -> None:
     with torch.no_grad():
         out = head(Features((torch.randn(2, 2048, 10, 10),)))
     assert out.shape == (2, 4096)
-    assert ConvAP(2048).out_dim == 512 * 2 * 2  # the constructor's default d = 512
+    assert ConvAP(2048).out_dim == 1024 * 2 * 2  # the constructor's default: the headline released d = 1024
 
 
 @pytest.mark.parametrize("size", [(7, 5), (1, 1), (10, 10)])

@@ -34,7 +34,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tiny_data, tmp_path: 
 
     # The interrupted checkpoint refuses a model it does not fit, naming what differs.
     monkeypatch.setenv("AGGZOO_DATA", str(tiny_data.root))
-    wrong = compose_train([*RUN, "head=netvlad", "head.num_clusters=4", f"ckpt_path={run}"], tmp_path / "wrong")
+    wrong = compose_train([*RUN, "head=netvlad", "++head.num_clusters=4", f"ckpt_path={run}"], tmp_path / "wrong")
     with pytest.raises(CheckpointMismatchError, match=r"(?s)head=GeM.*head=NetVLAD.*Fix: resume with"):
         train(wrong)
 

@@ -126,7 +126,7 @@ STAND_INS = {
     "vit_base_patch14_reg4_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
                                      "backbone.insert_before_block=4"],
 }
-HEAD_FIT = {"mixvpr_resnet50": ["head.in_h=2", "head.in_w=3"], "salad_dinov2": ["head.num_clusters=4"]}
+HEAD_FIT = {"mixvpr_resnet50": ["head.in_h=2", "head.in_w=3"], "salad_dinov2": ["++head.num_clusters=4"]}
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

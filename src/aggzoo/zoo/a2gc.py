@@ -21,6 +21,4 @@ __all__ = ["a2gc_dinov2_vitb14"]
 @register_model
 def a2gc_dinov2_vitb14(**kwargs: Any) -> nn.Module:
     """A^2GC-VPR (SALAD scores + geometric compatibility) on DINOv2 ViT-B/14: 8448-D."""
-    spec = head(A2GC, num_clusters=64, cluster_dim=128, token_dim=256, dropout=0.3, num_iters=3,
-                geo_dim=16, geo_lambda=0.15)
-    return vpr(DINOV2_VITB14, spec, **kwargs)
+    return vpr(DINOV2_VITB14, head(A2GC), **kwargs)

@@ -21,5 +21,4 @@ __all__ = ["afa_efficientnet_lite0"]
 @register_model
 def afa_efficientnet_lite0(**kwargs: Any) -> nn.Module:
     """Multi-level AFA fusion of EfficientNet-Lite0 blocks 1/2/4, then GeM: 112-D."""
-    spec = head(AFA, dim=None, attn_dim=64, reduction=16, fuse_level=-1, p=3.0, proj_dim=None)
-    return vpr(EFFICIENTNET_LITE0_MULTILEVEL, spec, **kwargs)
+    return vpr(EFFICIENTNET_LITE0_MULTILEVEL, head(AFA), **kwargs)

@@ -92,12 +92,11 @@ pretrained_cfgs = {
 @register_model
 def boq_resnet50(**kwargs: Any) -> nn.Module:
     """BoQ (p = 512, Q = 64, L = 2, R = 32) on ResNet-50 cut after layer3: 16384-D."""
-    spec = head(BoQ, proj_channels=512, num_queries=64, num_layers=2, row_dim=32)
-    return vpr(RESNET50_LAYER3, spec, **kwargs)
+    return vpr(RESNET50_LAYER3, head(BoQ), **kwargs)
 
 
 @register_model
 def boq_dinov2_vitb14(**kwargs: Any) -> nn.Module:
     """BoQ (p = 384, Q = 64, L = 2, R = 32) on DINOv2 ViT-B/14 without its final norm: 12288-D."""
-    spec = head(BoQ, proj_channels=384, num_queries=64, num_layers=2, row_dim=32)
+    spec = head(BoQ, proj_channels=384)
     return vpr(DINOV2_VITB14_BLOCKS, spec, **kwargs)

@@ -21,5 +21,4 @@ __all__ = ["classattn_efficientnet_lite0"]
 @register_model
 def classattn_efficientnet_lite0(**kwargs: Any) -> nn.Module:
     """PatchConvNet class-attention pooling on EfficientNet-Lite0: 112-D."""
-    spec = head(ClassAttention, num_heads=1, mlp_ratio=3.0, init_scale=1e-6, proj_dim=None)
-    return vpr(EFFICIENTNET_LITE0, spec, **kwargs)
+    return vpr(EFFICIENTNET_LITE0, head(ClassAttention), **kwargs)

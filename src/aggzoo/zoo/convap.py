@@ -66,7 +66,7 @@ pretrained_cfgs = {
     for dim, (tag, d, (p250, p30, msls, nordland), interpolation) in _RELEASES.items()
 }
 
-_CONVAP = head(ConvAP, out_channels=1024, s1=2, s2=2)
+_CONVAP = head(ConvAP)
 
 
 @register_model

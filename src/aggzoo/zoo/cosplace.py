@@ -72,7 +72,7 @@ pretrained_cfgs = geolocalization_net_cfgs(
     metrics={("ResNet101", 2048): {"pitts30k_test/R@1": 90.4, "msls_val/R@1": 86.6}},
 )
 
-_GEM_FC = head(CosPlace, out_dim=2048, p=3.0, eps=1e-6)
+_GEM_FC = head(CosPlace, out_dim=2048)
 
 
 @register_model

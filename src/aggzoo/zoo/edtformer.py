@@ -67,5 +67,4 @@ pretrained_cfgs = {
 def edtformer_dinov2_vitb14(**kwargs: Any) -> nn.Module:
     """EDTformer: frozen DINOv2 ViT-B/14 with LoPA adapters (r = 4), then Q = 64 queries through 2 simplified
     decoder blocks, d = 256, R = 16: 4096-D."""
-    spec = head(EDTformer, num_queries=64, num_layers=2, num_heads=16, out_channels=256, out_rows=16, dropout=0.1)
-    return vpr(DINOV2_VITB14_LOPA, spec, **kwargs)
+    return vpr(DINOV2_VITB14_LOPA, head(EDTformer), **kwargs)

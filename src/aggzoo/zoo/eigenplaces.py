@@ -43,7 +43,7 @@ pretrained_cfgs = geolocalization_net_cfgs(
     metrics={},
 )
 
-_GEM_FC = head(CosPlace, out_dim=2048, p=3.0, eps=1e-6)
+_GEM_FC = head(CosPlace, out_dim=2048)
 
 
 @register_model

@@ -20,4 +20,4 @@ __all__ = ["gcnet_efficientnet_lite0"]
 @register_model
 def gcnet_efficientnet_lite0(**kwargs: Any) -> nn.Module:
     """GCNet global-context block + GeM on EfficientNet-Lite0: 112-D."""
-    return vpr(EFFICIENTNET_LITE0, head(GCNet, ratio=0.0625, p=3.0), **kwargs)
+    return vpr(EFFICIENTNET_LITE0, head(GCNet), **kwargs)

@@ -20,10 +20,10 @@ __all__ = ["gem_efficientnet_lite0", "gem_resnet50"]
 @register_model
 def gem_efficientnet_lite0(**kwargs: Any) -> nn.Module:
     """GeM (p = 3, learnable) on EfficientNet-Lite0 (stride 16): 112-D."""
-    return vpr(EFFICIENTNET_LITE0, head(GeM, p=3.0, eps=1e-6, learn_p=True), **kwargs)
+    return vpr(EFFICIENTNET_LITE0, head(GeM), **kwargs)
 
 
 @register_model
 def gem_resnet50(**kwargs: Any) -> nn.Module:
     """GeM on ResNet-50 layer4 (Radenovic et al.): 2048-D."""
-    return vpr(RESNET50_LAYER4, head(GeM, p=3.0, eps=1e-6, learn_p=True), **kwargs)
+    return vpr(RESNET50_LAYER4, head(GeM), **kwargs)

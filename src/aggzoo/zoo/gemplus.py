@@ -21,4 +21,4 @@ __all__ = ["gemplus_efficientnet_lite0"]
 @register_model
 def gemplus_efficientnet_lite0(**kwargs: Any) -> nn.Module:
     """GeM+ (SuperGlobal, p fixed at 4.6) on EfficientNet-Lite0 (stride 16): 112-D."""
-    return vpr(EFFICIENTNET_LITE0, head(GeMPlus, p=4.6, eps=1e-8), **kwargs)
+    return vpr(EFFICIENTNET_LITE0, head(GeMPlus), **kwargs)

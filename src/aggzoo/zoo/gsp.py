@@ -21,5 +21,4 @@ __all__ = ["gsp_efficientnet_lite0"]
 @register_model
 def gsp_efficientnet_lite0(**kwargs: Any) -> nn.Module:
     """Generalized sum pooling (Gurbuz et al., ICCV 2023) on EfficientNet-Lite0: 512-D."""
-    spec = head(GSP, embedding_dim=512, num_prototypes=64, transport_ratio=0.3, entropy_weight=5.0, num_iters=100)
-    return vpr(EFFICIENTNET_LITE0, spec, **kwargs)
+    return vpr(EFFICIENTNET_LITE0, head(GSP), **kwargs)

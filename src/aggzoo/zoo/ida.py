@@ -21,4 +21,4 @@ __all__ = ["ida_efficientnet_lite0"]
 @register_model
 def ida_efficientnet_lite0(**kwargs: Any) -> nn.Module:
     """Multi-level IDA fusion (AFA without attention) of EfficientNet-Lite0 blocks 1/2/4: 112-D."""
-    return vpr(EFFICIENTNET_LITE0_MULTILEVEL, head(IDA, dim=None, fuse_level=-1, p=3.0, proj_dim=None), **kwargs)
+    return vpr(EFFICIENTNET_LITE0_MULTILEVEL, head(IDA), **kwargs)

@@ -77,4 +77,4 @@ pretrained_cfgs = {
 @register_model
 def image_dinov2_vitb14_reg4(**kwargs: Any) -> nn.Module:
     """ImAge: T = 8 aggregation tokens inserted before block 8 of DINOv2 ViT-B/14-reg4, flattened: 6144-D."""
-    return vpr(DINOV2_VITB14_REG4_TOKENS, head(ImAgeTokens, num_tokens=8), **kwargs)
+    return vpr(DINOV2_VITB14_REG4_TOKENS, head(ImAgeTokens), **kwargs)

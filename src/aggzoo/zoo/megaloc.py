@@ -61,5 +61,4 @@ pretrained_cfgs = {
 @register_model
 def megaloc_dinov2_vitb14(**kwargs: Any) -> nn.Module:
     """MegaLoc (SALAD with l = 256, then Linear 16640 -> 8448) on DINOv2 ViT-B/14: 8448-D."""
-    spec = head(MegaLoc, num_clusters=64, cluster_dim=256, token_dim=256, feat_dim=8448, dropout=0.3)
-    return vpr(DINOV2_VITB14, spec, **kwargs)
+    return vpr(DINOV2_VITB14, head(MegaLoc), **kwargs)

@@ -69,5 +69,4 @@ pretrained_cfgs = {
 def mixvpr_resnet50(**kwargs: Any) -> nn.Module:
     """MixVPR (L = 4 mixers over 20 x 20 positions, d = 1024, R = 4) on ResNet-50 layer3: 4096-D.
     Needs 320 x 320 inputs (the mixers are sized for 400 positions)."""
-    spec = head(MixVPR, in_h=20, in_w=20, out_channels=1024, mix_depth=4, mlp_ratio=1.0, out_rows=4)
-    return vpr(RESNET50_LAYER3, spec, **kwargs)
+    return vpr(RESNET50_LAYER3, head(MixVPR), **kwargs)

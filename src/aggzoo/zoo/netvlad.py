@@ -65,10 +65,10 @@ pretrained_cfgs = {
 @register_model
 def netvlad_efficientnet_lite0(**kwargs: Any) -> nn.Module:
     """NetVLAD (K = 64) on EfficientNet-Lite0 (stride 16): 64 x 112 = 7168-D."""
-    return vpr(EFFICIENTNET_LITE0, head(NetVLAD, num_clusters=64, normalize_input=True), **kwargs)
+    return vpr(EFFICIENTNET_LITE0, head(NetVLAD), **kwargs)
 
 
 @register_model
 def netvlad_resnet50(**kwargs: Any) -> nn.Module:
     """NetVLAD (K = 64) on ResNet-50 conv4 (layer3, 1024 channels): 65536-D."""
-    return vpr(RESNET50_LAYER3, head(NetVLAD, num_clusters=64, normalize_input=True), **kwargs)
+    return vpr(RESNET50_LAYER3, head(NetVLAD), **kwargs)

@@ -22,5 +22,4 @@ __all__ = ["qaa_dinov2_vitb14"]
 @register_model
 def qaa_dinov2_vitb14(**kwargs: Any) -> nn.Module:
     """QAA (Xiao et al., arXiv:2507.03831) on DINOv2 ViT-B/14: 64 x 128 = 8192-D."""
-    spec = head(QAA, num_clusters=64, cluster_dim=128, num_queries=256, feature_heads=16, score_heads=16)
-    return vpr(DINOV2_VITB14, spec, **kwargs)
+    return vpr(DINOV2_VITB14, head(QAA), **kwargs)

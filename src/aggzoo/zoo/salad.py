@@ -65,5 +65,4 @@ pretrained_cfgs = {
 @register_model
 def salad_dinov2_vitb14(**kwargs: Any) -> nn.Module:
     """SALAD (m = 64 clusters of l = 128, g = 256) on DINOv2 ViT-B/14 with its final norm: 8448-D."""
-    spec = head(SALAD, num_clusters=64, cluster_dim=128, token_dim=256, dropout=0.3)
-    return vpr(DINOV2_VITB14, spec, **kwargs)
+    return vpr(DINOV2_VITB14, head(SALAD), **kwargs)

@@ -30,8 +30,8 @@ class ConvAP(Head):
 
     Args:
         in_channels: ``C`` of the last map.
-        out_channels: ``d``, the channels of the 1x1 projection (upstream class default 512; the
-            headline released model uses 1024).
+        out_channels: ``d``, the channels of the 1x1 projection (the headline released model's 1024,
+            4096-D; upstream's class default is 512, the other released models use 128, 512, 2048).
         s1: output rows of the adaptive average pooling.
         s2: output columns of the adaptive average pooling.
 
@@ -39,7 +39,7 @@ class ConvAP(Head):
     (channel-major, then row, then column).
     """
 
-    def __init__(self, in_channels: int, *, out_channels: int = 512, s1: int = 2, s2: int = 2) -> None:
+    def __init__(self, in_channels: int, *, out_channels: int = 1024, s1: int = 2, s2: int = 2) -> None:
         super().__init__()
         self.in_channels = in_channels
         self.out_channels = out_channels
