@@ -220,3 +220,11 @@ def test_a_multi_level_head_refuses_a_single_level(head_config: Path) -> None:
         pytest.skip("single-level head")
     with pytest.raises(ValueError):
         build_head(factory, TimmBackbone("test_resnet", out_indices=(3,)))
+
+
+def test_every_attribute_can_be_read(head_config: Path) -> None:
+    """``torch.jit.trace`` reads every attribute of every module (``dir``): a declaration must not raise."""
+    model, _ = _build(head_config)
+    for module in (model.head, model.backbone):
+        for name in dir(module):
+            getattr(module, name)

@@ -42,11 +42,15 @@ class DataInitDeclaring:
 
     #: how this module is initialised from data before training (see the module docstring)
     data_init: ClassVar[DataInit] = "none"
+    #: declarations, not part of the forward: TorchScript must not compile them (``torch.jit.script``)
+    __jit_unused_properties__: ClassVar[list[str]] = [
+        "kmeans_clusters", "required_map_size", "required_tokens", "min_positions"]
 
     @property
-    def kmeans_clusters(self) -> int:
-        """``data_init = "kmeans"``: the number of k-means centres :meth:`init_from_clusters` takes."""
-        raise NotImplementedError(f"{type(self).__name__} declares data_init={self.data_init!r}, not 'kmeans'")
+    def kmeans_clusters(self) -> int | None:
+        """``data_init = "kmeans"``: the number of k-means centres :meth:`init_from_clusters` takes
+        (``None`` otherwise; a property must not raise: tracers read every attribute)."""
+        return None
 
     def init_from_clusters(self, centroids: Tensor, descriptors: Tensor) -> None:
         """``data_init = "kmeans"``: set parameters from k-means ``centroids [K, C]`` of the local
