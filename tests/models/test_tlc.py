@@ -15,8 +15,7 @@ from timm.layers.squeeze_excite import EffectiveSEModule, SEModule, SqueezeExcit
 from torch import nn
 
 from aggzoo.layers.local_pool import LocalAvgPool2d, LocalWindow
-from aggzoo.layers.pooling import GeM as GeMPool
-from aggzoo.layers.pooling import gem
+from aggzoo.layers.pooling import GeMPool, gem
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.afa import AFA
 from aggzoo.models.heads.gcnet import GCNet

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["GEM_P_LR_MULTIPLIER", "gem", "GeM"]
+__all__ = ["GEM_P_LR_MULTIPLIER", "gem", "GeMPool"]
 
 #: Upstream (filipradenovic/cnnimageretrieval-pytorch) trains GeM's ``p`` at 10x the base learning
 #: rate and without weight decay; heads that hold a learnable GeM declare it with this factor.
@@ -24,7 +24,7 @@ def gem(x: Tensor, p: Tensor | float, eps: float = 1e-6) -> Tensor:
     return x.pow(p).mean(dim=(-2, -1)).pow(1.0 / p).to(dtype)
 
 
-class GeM(nn.Module):
+class GeMPool(nn.Module):
     """GeM pooling with a learnable exponent ``p`` (Radenovic et al., init 3)."""
 
     def __init__(self, *, p: float = 3.0, eps: float = 1e-6, learn_p: bool = True) -> None:

@@ -39,8 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aggzoo.layers.attention import ChannelAttention, SpatialAttention, composite_weights
-from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER
-from aggzoo.layers.pooling import GeM as GeMPool
+from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER, GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import FeatureLevel, Head
 

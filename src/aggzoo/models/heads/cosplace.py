@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER, GeM
+from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER, GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
@@ -55,7 +55,7 @@ class CosPlace(Head):
         # Indices 1 and 3 carry the parameters; 0, 2 and 4 are parameter-free but keep them there.
         self.aggregation = nn.Sequential(
             _L2Normalize(),
-            GeM(p=p, eps=eps),
+            GeMPool(p=p, eps=eps),
             nn.Flatten(1),  # GeM already returns [B, C]; kept so the indices match the original
             nn.Linear(in_channels, out_dim),
             _L2Normalize(),

@@ -13,8 +13,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER
-from aggzoo.layers.pooling import GeM as GeMPool
+from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER, GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from aggzoo.layers.pooling import GeM
+from aggzoo.layers.pooling import GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
@@ -42,7 +42,7 @@ class GeMPlus(Head):
         super().__init__()
         self.in_channels = in_channels
         self.out_dim = in_channels
-        self.pool = GeM(p=p, eps=eps, learn_p=False)
+        self.pool = GeMPool(p=p, eps=eps, learn_p=False)
 
     def forward(self, features: Features) -> Tensor:
         return F.normalize(self.pool(features.last), dim=-1)
