@@ -39,6 +39,7 @@ __all__ = [
     "UnsafeSpecError",
     "UserError",
     "WeightsUnavailableError",
+    "user_message",
 ]
 
 
@@ -149,3 +150,14 @@ class DiskFullError(UserError, OSError):
 
 class NonFiniteError(UserError, FloatingPointError):
     """Training produced a non-finite loss or weights; the message names the step and the fix."""
+
+
+def user_message(err: BaseException) -> str:
+    """The one line a user sees for ``err`` (what ``error: ...`` prints, what a sweep records)."""
+    text = str(err)
+    # An error raised in a DataLoader worker comes back as "Caught X in DataLoader worker process N.
+    # Original Traceback ...": the last line is the original message.
+    if "Original Traceback" in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        text = last.split(": ", 1)[1] if ": " in last else last
+    return text

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from aggzoo.errors import UserError
+from aggzoo.errors import UserError, user_message
 
 __all__ = ["reported_user_errors", "user_message"]
 
@@ -22,17 +22,6 @@ log = logging.getLogger(__name__)
 #: Exit status of a run stopped by a user error (as argparse and Hydra use for bad usage).
 USER_ERROR_STATUS = 2
 _DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
-
-
-def user_message(err: BaseException) -> str:
-    """The one line a user sees for ``err``."""
-    text = str(err)
-    # An error raised in a DataLoader worker comes back as "Caught X in DataLoader worker process N.
-    # Original Traceback ...": the last line is the original message.
-    if "Original Traceback" in text:
-        last = [line for line in text.splitlines() if line.strip()][-1]
-        text = last.split(": ", 1)[1] if ": " in last else last
-    return text
 
 
 @contextmanager

@@ -29,8 +29,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from aggzoo.cli.reporting import user_message
-from aggzoo.errors import UserError
+from aggzoo.errors import UserError, user_message
 from aggzoo.run.collect_runs import ERROR_FILE, collect_runs, common_overrides, format_runs
 
 __all__ = ["SweepSummary", "keep_sweeping"]
