@@ -30,7 +30,7 @@ from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
 from aggzoo.hub.factory import create_model
-from aggzoo.hub.io import SPEC_KEY
+from aggzoo.hub.io import SPEC_KEY, read_checkpoint
 from aggzoo.models.input_size import size_multiple
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.run.preflight import (
@@ -189,12 +189,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         with open_dict(cfg):
             cfg.paths.output_dir = str(resumed_dir)
         log.info("resuming %s in %s", ckpt_path, resumed_dir)
+    # The one safe reader, before anything is built: a file that needs code to load, or whose recorded
+    # spec names anything but aggzoo's model classes, is refused here, long before Lightning opens it.
+    stored = read_checkpoint(ckpt_path) if ckpt_path is not None else None
     parts = build_training(cfg, model_cfg)
-    image_policy = before_training(cfg, parts)  # bad_images policy + preflight checks, before any training
     model, module, datamodule = parts.model, parts.module, parts.datamodule
+    if stored is not None:
+        check_checkpoint_matches(stored, module, model_cfg)  # keys and shapes, before the preflight
+        stored = None  # Lightning reads the file again itself; do not hold a second copy while training
+    image_policy = before_training(cfg, parts)  # bad_images policy + preflight checks, before any training
     test_sets, test_transform, data = parts.test_sets, parts.test_transform, cfg.data
-    if ckpt_path is not None:
-        check_checkpoint_matches(ckpt_path, module, model_cfg)
 
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     callbacks.append(_ModelConfigInCheckpoint(model_cfg))

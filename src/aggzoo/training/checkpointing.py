@@ -42,7 +42,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from aggzoo.errors import CheckpointMismatchError, CheckpointNotFoundError, DiskFullError
-from aggzoo.hub.io import read_checkpoint
+from aggzoo.hub.io import CheckpointFile, read_checkpoint
 
 __all__ = ["DurableCheckpointIO", "RunCheckpoint", "atomic_save", "check_checkpoint_matches", "resolve_ckpt_path",
            "run_dir_of", "tensor_bytes"]
@@ -271,17 +271,19 @@ def _describe(model_cfg: Mapping[str, Any] | None) -> str:
             f"{head_args}")
 
 
-def check_checkpoint_matches(path: Path, module: torch.nn.Module,
+def check_checkpoint_matches(path: Path | CheckpointFile, module: torch.nn.Module,
                              model_cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Raise :class:`CheckpointMismatchError` unless ``path``'s ``state_dict`` has exactly the
     keys and shapes of ``module.state_dict()``. Returns the checkpoint's recorded model config.
 
     Args:
-        path: a Lightning checkpoint written by ``train.py``.
+        path: a Lightning checkpoint written by ``train.py``, or what :func:`read_checkpoint` read from one.
         module: the configured LightningModule.
         model_cfg: the configured ``{"backbone": ..., "head": ...}``, quoted in the error.
     """
-    stored = read_checkpoint(path)  # no code runs; a recorded spec naming other code is refused here
+    # No code runs; a recorded spec naming other code is refused by the reader.
+    stored = path if isinstance(path, CheckpointFile) else read_checkpoint(path)
+    path = stored.path
     checkpoint = stored.contents
     if not isinstance(checkpoint, Mapping) or "state_dict" not in checkpoint:
         raise CheckpointMismatchError(f"{path} is not a training checkpoint written by train.py (no 'state_dict'); "
