@@ -32,6 +32,7 @@ __all__ = [
     "ImageReadError",
     "ManifestError",
     "NonFiniteError",
+    "RunFolderError",
     "PreflightError",
     "StateDictMismatchError",
     "UnknownModelError",
@@ -146,6 +147,11 @@ class ExportError(UserError, RuntimeError):
 
 class DiskFullError(UserError, OSError):
     """The disk (or quota) filled up while writing a file; the message says what to do."""
+
+
+class RunFolderError(UserError, PermissionError):
+    """The run folder a job writes to (a resumed run's own folder) cannot be written; the message says
+    where to write instead."""
 
 
 class NonFiniteError(UserError, FloatingPointError):

@@ -50,4 +50,7 @@ def error_line(result: subprocess.CompletedProcess) -> str:
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, shown
     assert len(lines) == 1, shown
     assert "weights_only=False" not in result.stderr + result.stdout, shown
+    if log := os.environ.get("AGGZOO_ERROR_LINES"):  # collect what users see (for an issue note)
+        with open(log, "a") as handle:
+            handle.write(" ".join(str(a) for a in result.args[1:]) + "\n    " + lines[0] + "\n")
     return lines[0]

@@ -39,8 +39,15 @@ def test_disk_full_anywhere_and_bugs(capsys: pytest.CaptureFixture) -> None:
     assert capsys.readouterr().err == ("error: disk full while writing /runs/x/results.json (No space left on device). "
                                        "Free some space or write to a larger disk (paths.output_dir=...); a training "
                                        "run resumes with ckpt_path=last.\n")
+    with pytest.raises(SystemExit) as info, reported_user_errors():
+        raise PermissionError(errno.EROFS, os.strerror(errno.EROFS), "/runs/x/checkpoints/last.ckpt")
+    assert info.value.code == 2
+    assert capsys.readouterr().err == ("error: permission denied: /runs/x/checkpoints/last.ckpt (Read-only file system). "
+                                       "Make it writable (readable, for data) by this user, or point the job elsewhere: "
+                                       "paths.log_dir=<folder> for what a run writes, paths.data_root=<folder> for the "
+                                       "datasets.\n")
     with pytest.raises(PermissionError), reported_user_errors():
-        raise PermissionError(errno.EACCES, "denied")
+        raise PermissionError(errno.EACCES, "denied")  # no file named: a bug's traceback is the only clue
     with pytest.raises(KeyError), reported_user_errors():
         raise KeyError("a bug keeps its traceback")
 

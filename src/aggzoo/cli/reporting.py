@@ -2,7 +2,8 @@
 
 Every error a user can cause derives from :class:`~aggzoo.errors.UserError`, whose message already
 says what was expected and how to fix it; :func:`reported_user_errors` catches that one base (and a
-full disk, wherever it happens). Anything else is a bug and keeps its traceback.
+full disk or a file this user may not write or read, wherever it happens). Anything else is a bug and
+keeps its traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 #: Exit status of a run stopped by a user error (as argparse and Hydra use for bad usage).
 USER_ERROR_STATUS = 2
 _DISK_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+_NOT_PERMITTED = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 @contextmanager
@@ -37,11 +39,16 @@ def reported_user_errors() -> Iterator[None]:
     except UserError as err:
         _exit(user_message(err))
     except OSError as err:
-        if err.errno not in _DISK_FULL:
-            raise
-        # A full disk outside the checkpoint writer (logs, results, the bad-image list).
-        _exit(f"disk full while writing {err.filename or 'the run folder'} ({err.strerror}). Free some space or "
-              "write to a larger disk (paths.output_dir=...); a training run resumes with ckpt_path=last.")
+        if err.errno in _DISK_FULL:
+            # A full disk outside the checkpoint writer (logs, results, the bad-image list).
+            _exit(f"disk full while writing {err.filename or 'the run folder'} ({err.strerror}). Free some space or "
+                  "write to a larger disk (paths.output_dir=...); a training run resumes with ckpt_path=last.")
+        if err.errno in _NOT_PERMITTED and err.filename:
+            # A read-only run folder (a resumed run's, a shared one) or an unreadable data file.
+            _exit(f"permission denied: {err.filename} ({err.strerror}). Make it writable (readable, for data) by "
+                  "this user, or point the job elsewhere: paths.log_dir=<folder> for what a run writes, "
+                  "paths.data_root=<folder> for the datasets.")
+        raise
 
 
 def _exit(message: str) -> None:

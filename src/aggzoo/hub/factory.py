@@ -89,7 +89,7 @@ def create_model(
         return _from_local_dir(Path(name[len(_LOCAL_DIR):]).expanduser(), overrides, backbone_kwargs)
     if name.startswith(_HF_HUB):
         return _from_local_dir(hf_hub_folder(name[len(_HF_HUB):]), overrides, backbone_kwargs)
-    if os.sep in name or name.startswith((".", "~")) or Path(name).suffix in _CHECKPOINT_SUFFIXES:
+    if _looks_like_a_path(name):
         path = Path(name).expanduser()
         if path.is_dir():
             return _from_local_dir(path, overrides, backbone_kwargs)
@@ -115,6 +115,14 @@ def create_model(
         load_pretrained(model, cfg)
         model.eval()
     return model
+
+
+def _looks_like_a_path(name: str) -> bool:
+    """A name with a folder separator, a checkpoint suffix, a leading ``.`` / ``~``, or that is no
+    registered name but an existing file or folder (``create_model("my_run")`` from its parent)."""
+    if os.sep in name or name.startswith((".", "~")) or Path(name).suffix in _CHECKPOINT_SUFFIXES:
+        return True
+    return not is_model(name) and Path(name).exists()
 
 
 def _with_overrides(spec: Mapping[str, Any], overrides: Mapping[str, Any],

@@ -166,22 +166,38 @@ def _torch_load_weights_only(path: Path) -> Any:
         with torch.serialization.safe_globals(_numpy_scalar_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        first = str(error).splitlines()[0] if str(error) else ""
-        if "weights only" not in first.lower() and "global" not in str(error).lower():
-            # Not a refusal of code: the bytes are not a pickle at all (random data, another format).
-            raise CheckpointError(f"{path} is corrupt or not a PyTorch checkpoint ({first[:200]})") from None
+        if not _names_a_global(str(error)):
+            # Not a refusal of code: the bytes are not a pickle torch can read (random data, another format).
+            raise _corrupt(path, error) from None
         raise UnsafeCheckpointError(
             f"{path} was refused: loading it would need to import or call code outside torch's tensor "
             f"types ({_unsafe_reason(str(error))}). aggzoo only reads tensors (torch.load(weights_only=True) "
             "or safetensors) and never runs code from a checkpoint. If you trust the file, re-save its "
             "state dict with torch.save(state_dict) or safetensors."
         ) from None
-    except (RuntimeError, EOFError, ValueError, OSError) as error:
-        reason = " ".join(str(error).split())[:200] or type(error).__name__
-        if path.stat().st_size == 0:
-            reason = "the file is empty"
-        raise CheckpointError(f"{path} is truncated, corrupt or not a checkpoint ({reason}); "
-                              "fetch or copy it again") from None
+    except Exception as error:  # noqa: BLE001 - garbage bytes fail the unpickler in any way (KeyError, ...)
+        raise _corrupt(path, error) from None
+
+
+def _names_a_global(message: str) -> bool:
+    """Whether torch's weights-only unpickler refused a named global (code), not unreadable bytes."""
+    return "GLOBAL" in message or "global" in message.split("WeightsUnpickler error:", 1)[-1].lower()
+
+
+def _corrupt(path: Path, error: BaseException) -> CheckpointError:
+    """A file that is truncated, corrupt or not a checkpoint, with torch's reason in one short clause
+    (never torch's advice to retry with ``weights_only=False``)."""
+    if path.stat().st_size == 0:
+        reason = "the file is empty"
+    else:
+        text = str(error)
+        if "WeightsUnpickler error:" in text:  # keep the unpickler's own words, drop torch's preamble
+            text = text.split("WeightsUnpickler error:", 1)[1]
+        lines = [line.strip() for line in text.splitlines() if line.strip() and "weights_only" not in line]
+        reason = lines[0].split(". ")[0].rstrip(".")[:200] if lines else ""
+        reason = f"{type(error).__name__}: {reason}" if reason and isinstance(error, (KeyError, IndexError)) else (
+            reason or type(error).__name__)
+    return CheckpointError(f"{path} is truncated, corrupt or not a checkpoint ({reason}); fetch or copy it again")
 
 
 def _unsafe_reason(message: str) -> str:

@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from aggzoo.errors import ConfigError
 
 __all__ = ["BadImages", "CheckImages", "TrainSchema", "EvalSchema", "register_schemas",
-           "validate_config"]
+           "validate_config", "value_problems"]
 
 SCHEMA_GROUP = "aggzoo_schema"
 
@@ -134,6 +134,46 @@ def validate_config(cfg: DictConfig, kind: str) -> None:
         reason = " ".join(str(getattr(err, "msg", err)).split("full_key:")[0].split())
         raise ConfigError(f"config key {key!r}: {reason}. Fix the override or the YAML "
                          f"(see conf/{kind}.yaml and aggzoo/run/config_schema.py for the expected types)") from None
+    problems = value_problems(cfg, kind)
+    if problems:
+        raise ConfigError(problems[0] if len(problems) == 1 else
+                          f"{len(problems)} config values are out of range:\n" +
+                          "\n".join(f"  {i}. {p}" for i, p in enumerate(problems, start=1)))
+
+
+#: Integer keys with a lower bound: key -> (minimum, why, a working override).
+_MINIMA: dict[str, dict[str, tuple[int, str, str]]] = {
+    "train": {
+        "data.places_per_batch": (2, "each batch needs two places or more (a place's negatives are the "
+                                  "other places of its batch)", "data.places_per_batch=32"),
+        "eval_batch_size": (1, "it is the number of images per extraction batch", "eval_batch_size=64"),
+        "num_workers": (0, "it counts DataLoader worker processes, 0 loads in the main process", "num_workers=0"),
+        "data.num_workers": (0, "it counts DataLoader worker processes, 0 loads in the main process", "data.num_workers=4"),
+    },
+    "eval": {
+        "eval_batch_size": (1, "it is the number of images per extraction batch", "eval_batch_size=64"),
+        "num_workers": (0, "it counts DataLoader worker processes, 0 loads in the main process", "num_workers=4"),
+    },
+}
+
+
+def value_problems(cfg: DictConfig, kind: str) -> list[str]:
+    """Values of the right type that cannot work (a batch of 0 places, Recall@0, no benchmark), one
+    line each naming the key and a working override. Keys the config lacks are skipped."""
+    problems = []
+    for key, (minimum, why, example) in _MINIMA[kind].items():
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if isinstance(value, int) and not isinstance(value, bool) and value < minimum:
+            problems.append(f"{key}={value} must be at least {minimum}: {why}; e.g. {example}")
+    ks = OmegaConf.select(cfg, "recall_ks", default=None, throw_on_missing=False)
+    if ks is not None:
+        ks = list(ks)
+        if not ks or any(not isinstance(k, int) or k < 1 for k in ks):
+            problems.append(f"recall_ks={ks} must be a non-empty list of k >= 1 (Recall@k counts the top k "
+                            "database images); e.g. recall_ks=[1,5,10,20]")
+    if kind == "eval" and not cfg.get("benchmark"):
+        problems.append("no benchmark selected: pass benchmark=<name> or benchmark=[a,b] (the names of conf/benchmark/)")
+    return problems
 
 
 register_schemas()

@@ -24,12 +24,12 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
-from aggzoo.errors import ConfigError
+from aggzoo.errors import CheckpointNotFoundError, ConfigError, RunFolderError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmarks
 from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
-from aggzoo.hub.factory import create_model
+from aggzoo.hub.factory import create_model, is_model
 from aggzoo.hub.io import SPEC_KEY, read_checkpoint
 from aggzoo.models.input_size import size_multiple
 from aggzoo.models.vpr_model import VPRModel
@@ -41,6 +41,7 @@ from aggzoo.run.preflight import (
     check_config,
     result_notes,
 )
+from aggzoo.run.run_folder import unwritable_folder_message
 from aggzoo.training.callbacks import UntrainedBaseline
 from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
 from aggzoo.training.datamodule import VPRDataModule
@@ -186,6 +187,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if ckpt_path is not None and (resumed_dir := run_dir_of(ckpt_path)) is not None:
         # Continue in the interrupted run's folder: its checkpoint callback state (best model) stays
         # valid and the run keeps one folder of checkpoints and results.
+        if (problem := unwritable_folder_message(resumed_dir)) is not None:
+            raise RunFolderError(
+                f"{problem}. A resumed run continues in its own folder: make it writable, or copy {ckpt_path.name} "
+                "out of its checkpoints/ folder and resume from the copy (ckpt_path=<copy>) to continue in a new run folder")
         with open_dict(cfg):
             cfg.paths.output_dir = str(resumed_dir)
         log.info("resuming %s in %s", ckpt_path, resumed_dir)
@@ -308,6 +313,25 @@ def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]]) -> str:
     return "\n".join(lines)
 
 
+def _model_to_evaluate(ckpt_path: str, train_runs: Path) -> str:
+    """What ``eval.py ckpt_path=`` names, as :func:`create_model` takes it: ``last`` (the newest
+    ``last.ckpt`` of the training runs under ``train_runs``), a run folder (its last checkpoint), a
+    checkpoint file, a ``save_pretrained`` folder, ``local-dir:`` / ``hf-hub:``, or a registered name."""
+    if ckpt_path.startswith(("local-dir:", "hf-hub:")) or is_model(ckpt_path):
+        return ckpt_path
+    if ckpt_path == "last":
+        return str(resolve_ckpt_path("last", search_root=train_runs))
+    path = Path(ckpt_path).expanduser()
+    if path.is_dir() and ((path / "checkpoints").is_dir() or not (path / "config.json").exists()):
+        return str(resolve_ckpt_path(path, search_root=train_runs))  # a run folder
+    if not path.exists():
+        raise CheckpointNotFoundError(
+            f"ckpt_path={ckpt_path}: no such file or folder. Pass a checkpoint file (<run>/checkpoints/last.ckpt), "
+            "a run folder, ckpt_path=last (the newest training run), a save_pretrained folder, or a registered "
+            "name (python -m aggzoo.cli.models lists them)")
+    return str(path)
+
+
 def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     """Evaluate ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when it is null)
     on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
@@ -320,7 +344,7 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     check_config(cfg, "eval")
     if cfg.get("ckpt_path"):
         # The one reader and builder: nothing in the file chooses code to run.
-        model = create_model(str(Path(str(cfg.ckpt_path)).expanduser()))
+        model = create_model(_model_to_evaluate(str(cfg.ckpt_path), Path(cfg.paths.log_dir) / "train"))
     else:
         model = build_model_checked(model_spec(cfg))
     options = OmegaConf.to_container(cfg.evaluation, resolve=True)
@@ -328,9 +352,7 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
         transform = protocol_transform(cfg.image_size, multiple=size_multiple(model), **_normalisation(model))
     else:
         transform = eval_transform(cfg.image_size, **_normalisation(model))
-    sets = load_benchmarks(cfg.benchmark)
-    if not sets:
-        raise ValueError("no benchmark selected: pass benchmark=<name> or benchmark=[a,b] (see conf/benchmark/)")
+    sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
     guard = EvaluationGuard(cfg)
     sets = guard.prepare(model, sets)  # preflight; bad_images=skip drops unreadable images
     device = _device()

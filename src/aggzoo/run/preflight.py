@@ -40,7 +40,7 @@ from torch import nn
 
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable, scan_images
 from aggzoo.data.retrieval_set import RetrievalSet
-from aggzoo.errors import PreflightError, UserError
+from aggzoo.errors import ConfigError, PreflightError, UserError
 from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
@@ -67,6 +67,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CHECK_IMAGES_CHOICES = ("none", "header", "full")
+#: The smallest image side a job accepts (1-pixel images crash the training augmentation).
+MIN_IMAGE_SIDE = 8
 
 
 @dataclass
@@ -124,14 +126,16 @@ def build_model_checked(model_cfg: Mapping[str, Any]) -> nn.Module:
 
 
 def image_size_problem(size: Any, key: str) -> str | None:
-    """``None`` when ``size`` is ``(H, W)`` of positive integers, else the problem."""
+    """``None`` when ``size`` is ``(H, W)`` of integers of at least :data:`MIN_IMAGE_SIDE`, else the problem."""
     try:
         values = [int(v) for v in size]
-        if len(values) == 2 and all(v >= 1 for v in values) and all(float(v) == int(v) for v in size):
+        if len(values) == 2 and all(v >= MIN_IMAGE_SIDE for v in values) and all(float(v) == int(v) for v in size):
             return None
     except (TypeError, ValueError):
         pass
-    return f"{key} must be [height, width] in pixels (two positive integers), got {size!r}; e.g. {key}=[320,320]"
+    shown = list(size) if isinstance(size, Sequence) and not isinstance(size, str) else size
+    return (f"{key} must be [height, width] in pixels, two integers of at least {MIN_IMAGE_SIDE} (smaller images "
+            f"hold no place to recognise, and the augmentation cannot crop them), got {shown!r}; e.g. {key}=[320,320]")
 
 
 def _describe_features(features: Any) -> str:
@@ -363,8 +367,17 @@ def _choice(value: Any) -> str:
 
 
 def check_config(cfg: DictConfig, kind: str) -> None:
-    """Raise one ``ValueError`` naming a config key whose value has the wrong type."""
+    """Raise one :class:`~aggzoo.errors.ConfigError` naming a config key whose value has the wrong
+    type or cannot work, or an accelerator this machine does not have."""
     validate_config(cfg, kind)
+    accelerator = str(cfg.get("trainer", {}).get("accelerator", "auto")) if kind == "train" else "auto"
+    available = {"gpu": torch.cuda.is_available, "cuda": torch.cuda.is_available,
+                 "mps": lambda: torch.backends.mps.is_available()}
+    if accelerator in available and not available[accelerator]():
+        device = "Apple MPS device" if accelerator == "mps" else "CUDA GPU"
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} but this machine has no {device} that PyTorch can use; train on the "
+            "CPU with trainer.accelerator=cpu, or use trainer.accelerator=auto (a GPU when there is one, else the CPU)")
 
 
 def before_training(cfg: DictConfig, parts: Any) -> ImagePolicy:

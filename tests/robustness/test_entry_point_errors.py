@@ -1,0 +1,168 @@
+"""What a user sees when they get something wrong, through the real entry points: exit status 2,
+exactly one ``error:`` line on stderr that names the key or file and the fix, and no traceback.
+
+Each case runs ``python train.py`` / ``python eval.py`` as a user does (Hydra composition included) on
+the tiny synthetic city; most stop in the config check, before any data or model is built.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from entry_helpers import TINY_EVAL, TINY_TRAIN, error_line, run_entry
+
+import aggzoo
+from aggzoo.errors import CheckpointError, UserError, WeightsUnavailableError
+from aggzoo.hub.io import SPEC_KEY
+
+SPEC = {"backbone": {"_target_": "aggzoo.models.backbones.timm_backbone.TimmBackbone", "model_name": "test_resnet",
+                     "out_indices": [3], "pretrained": False},
+        "head": {"_target_": "aggzoo.models.heads.gem.GeM"}}
+
+
+@pytest.fixture(scope="module")
+def data_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One ``AGGZOO_DATA`` folder for the module (the synthetic city is generated on first use)."""
+    return {"AGGZOO_DATA": str(tmp_path_factory.mktemp("data"))}
+
+
+@pytest.fixture(scope="module")
+def broken_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Files that are not a usable checkpoint, by how they are broken."""
+    root = tmp_path_factory.mktemp("broken")
+    good = root / "good.ckpt"
+    model = aggzoo.create_model("gem_efficientnet_lite0")
+    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, SPEC_KEY: model.aggzoo_spec},
+               good)
+    data = good.read_bytes()
+    (root / "truncated.ckpt").write_bytes(data[: len(data) // 2])
+    (root / "random.ckpt").write_bytes(bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0),
+                                                           dtype=torch.uint8).tolist()))
+    (root / "empty.ckpt").write_bytes(b"")
+    (root / "text.ckpt").write_text("hello, this is not a checkpoint\n")
+    (root / "a_folder").mkdir()
+    return {"truncated": root / "truncated.ckpt", "random": root / "random.ckpt", "empty": root / "empty.ckpt",
+            "text": root / "text.ckpt", "folder": root / "a_folder", "missing": root / "missing.ckpt"}
+
+
+#: what the one error line says about each broken file
+BROKEN = {
+    "truncated": "is truncated, corrupt or not a checkpoint",
+    "random": "is truncated, corrupt or not a checkpoint",
+    "empty": "is truncated, corrupt or not a checkpoint (the file is empty)",
+    "text": "is truncated, corrupt or not a checkpoint",
+    "folder": "is a folder without checkpoints/last.ckpt",
+    "missing": "no such file or folder",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("override", "expected"), [
+    ("data.places_per_batch=0", "data.places_per_batch=0 must be at least 2: each batch needs two places or more"),
+    ("data.places_per_batch=-4", "data.places_per_batch=-4 must be at least 2"),
+    ("eval_batch_size=-1", "eval_batch_size=-1 must be at least 1"),
+    ("recall_ks=[0]", "recall_ks=[0] must be a non-empty list of k >= 1"),
+    ("ckpt_path=last", "ckpt_path=last: no checkpoints/last.ckpt under"),
+    ("ckpt_path=/nowhere/last.ckpt", "ckpt_path=/nowhere/last.ckpt: no such checkpoint file"),
+    ("data.image_size=[1,1]", "data.image_size must be [height, width] in pixels, two integers of at least 8"),
+])
+def test_train_py_user_errors(override: str, expected: str, tmp_path: Path, data_env: dict[str, str]) -> None:
+    line = error_line(run_entry([*TINY_TRAIN, override], tmp_path, env=data_env))
+    assert expected in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_train_py_on_a_gpu_that_is_not_there(tmp_path: Path) -> None:
+    line = error_line(run_entry([*TINY_TRAIN, "trainer.accelerator=gpu"], tmp_path))
+    assert "trainer.accelerator=gpu but this machine has no CUDA GPU" in line and "trainer.accelerator=cpu" in line
+
+
+@pytest.mark.slow
+def test_train_py_resume_of_another_model(tmp_path: Path, data_env: dict[str, str]) -> None:
+    """CheckpointMismatchError: its several lines follow the one ``error:`` line, not a traceback."""
+    checkpoint = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {"model.head.fc.weight": torch.zeros(4, 4)}, SPEC_KEY: SPEC}, checkpoint)
+    result = run_entry([*TINY_TRAIN, f"ckpt_path={checkpoint}"], tmp_path, env=data_env)
+    line = error_line(result)
+    assert line == f"error: checkpoint {checkpoint} does not match the configured model:", line
+    assert "Fix: resume with the backbone/head" in result.stderr
+
+
+def _immutable(folder: Path) -> Iterator[Path]:
+    """``folder`` made unwritable, even for root (``chattr +i``), or a skip where that is not possible."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+    elif shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        pytest.skip("cannot make a folder read-only for root here (no chattr +i)")
+    try:
+        yield folder
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(folder)], check=False)
+        else:
+            folder.chmod(0o755)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    yield from _immutable(tmp_path / "read_only")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_read_only_log_folder(script: str, read_only: Path, tmp_path: Path) -> None:
+    args = [*(TINY_TRAIN if script == "train.py" else TINY_EVAL), f"paths.log_dir={read_only}"]
+    line = error_line(run_entry(args, tmp_path, script=script))
+    assert f"cannot write the run folder {read_only}" in line and "paths.log_dir=<folder>" in line, line
+
+
+@pytest.mark.slow
+def test_resume_into_a_read_only_run_folder(tmp_path: Path, data_env: dict[str, str]) -> None:
+    run = tmp_path / "logs" / "train" / "runs" / "old"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": {}, SPEC_KEY: SPEC}, run / "checkpoints" / "last.ckpt")
+    for _ in _immutable(run):
+        line = error_line(run_entry([*TINY_TRAIN, "ckpt_path=last"], tmp_path, env=data_env))
+        assert f"cannot write the run folder {run}" in line and "resume from the copy (ckpt_path=<copy>)" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("override", "expected"), [
+    ("benchmark=[]", "no benchmark selected: pass benchmark=<name> or benchmark=[a,b]"),
+    ("eval_batch_size=-1", "eval_batch_size=-1 must be at least 1"),
+    ("recall_ks=[0]", "recall_ks=[0] must be a non-empty list of k >= 1"),
+    ("ckpt_path=last", "ckpt_path=last: no checkpoints/last.ckpt under"),
+])
+def test_eval_py_user_errors(override: str, expected: str, tmp_path: Path) -> None:
+    line = error_line(run_entry([*TINY_EVAL, override], tmp_path, script="eval.py"))
+    assert expected in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", BROKEN)
+def test_eval_py_broken_checkpoints(kind: str, broken_files: dict[str, Path], tmp_path: Path) -> None:
+    path = broken_files[kind]
+    line = error_line(run_entry([*TINY_EVAL, f"ckpt_path={path}"], tmp_path, script="eval.py"))
+    assert str(path) in line and BROKEN[kind] in line, line
+
+
+@pytest.mark.parametrize("kind", BROKEN)
+def test_create_model_of_broken_files(kind: str, broken_files: dict[str, Path]) -> None:
+    """The same files through the Python API: one clear UserError, never torch's retry advice."""
+    path = broken_files[kind]
+    expected = {"folder": (WeightsUnavailableError, "is not a folder written by aggzoo.save_pretrained"),
+                "missing": (WeightsUnavailableError, "looks like a path, but there is no such file or folder")}
+    error_type, text = expected.get(kind, (CheckpointError, BROKEN[kind]))
+    with pytest.raises(UserError) as info:
+        aggzoo.create_model(str(path))
+    message = str(info.value)
+    assert isinstance(info.value, error_type) and text in message and "\n" not in message, message
+    assert "weights_only=False" not in message and "weights_only` set to `False" not in message
