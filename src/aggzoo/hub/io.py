@@ -166,7 +166,7 @@ def _torch_load_weights_only(path: Path) -> Any:
         with torch.serialization.safe_globals(_numpy_scalar_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
-        if not _names_a_global(str(error)):
+        if not (_names_a_global(str(error)) or _is_raw_pickle(path)):
             # Not a refusal of code: the bytes are not a pickle torch can read (random data, another format).
             raise _corrupt(path, error) from None
         raise UnsafeCheckpointError(
@@ -182,6 +182,14 @@ def _torch_load_weights_only(path: Path) -> Any:
 def _names_a_global(message: str) -> bool:
     """Whether torch's weights-only unpickler refused a named global (code), not unreadable bytes."""
     return "GLOBAL" in message or "global" in message.split("WeightsUnpickler error:", 1)[-1].lower()
+
+
+def _is_raw_pickle(path: Path) -> bool:
+    """A plain ``pickle.dump`` file (PROTO opcode, protocol 2-5): one the safe unpickler stopped on is
+    refused as unsafe, not reported as corrupt (protocol 4+ framing is beyond the safe unpickler)."""
+    with path.open("rb") as file:
+        head = file.read(2)
+    return len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
 
 def _corrupt(path: Path, error: BaseException) -> CheckpointError:
