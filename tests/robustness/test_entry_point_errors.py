@@ -140,10 +140,26 @@ def test_resume_into_a_read_only_run_folder(tmp_path: Path, data_env: dict[str, 
     ("eval_batch_size=-1", "eval_batch_size=-1 must be at least 1"),
     ("recall_ks=[0]", "recall_ks=[0] must be a non-empty list of k >= 1"),
     ("ckpt_path=last", "ckpt_path=last: no checkpoints/last.ckpt under"),
+    ("image_size=[1,1]", "image_size must be [height, width] in pixels, two integers of at least 8"),
+    # Options that used to fail only after every descriptor was extracted:
+    ("evaluation.index=Bogus", "evaluation.index=Bogus is not a FAISS index_factory string for 192-D descriptors"),
+    ("evaluation.whitening=/nowhere/whitening.npz", "evaluation.whitening=/nowhere/whitening.npz: no such file"),
 ])
-def test_eval_py_user_errors(override: str, expected: str, tmp_path: Path) -> None:
-    line = error_line(run_entry([*TINY_EVAL, override], tmp_path, script="eval.py"))
+def test_eval_py_user_errors(override: str, expected: str, tmp_path: Path, data_env: dict[str, str]) -> None:
+    line = error_line(run_entry([*TINY_EVAL, override], tmp_path, script="eval.py", env=data_env))
     assert expected in line, line
+
+
+def test_evaluation_options_are_checked_before_extraction() -> None:
+    from aggzoo.run.preflight import evaluation_option_problems
+
+    assert evaluation_option_problems({"index": "Flat", "search_params": None}, 112) == []
+    assert evaluation_option_problems({"index": "HNSW32", "search_params": "efSearch=64"}, 112) == []
+    (problem,) = evaluation_option_problems({"index": "IVF16,PQ64"}, 112)
+    assert problem.startswith("evaluation.index=IVF16,PQ64 is not a FAISS index_factory string for 112-D descriptors (")
+    assert "faiss::" not in problem and ".cpp" not in problem
+    (problem,) = evaluation_option_problems({"index": "Flat", "search_params": "efSearch=3"}, 112)
+    assert problem.startswith("evaluation.search_params=efSearch=3 does not apply to evaluation.index=Flat")
 
 
 @pytest.mark.slow

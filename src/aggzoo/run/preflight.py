@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable, scan_images
@@ -61,6 +62,7 @@ __all__ = [
     "benchmark_problems",
     "check_training",
     "check_evaluation",
+    "evaluation_option_problems",
     "result_notes",
 ]
 
@@ -324,15 +326,62 @@ def check_training(model: nn.Module, *, train_dataset: Any, places_per_batch: in
     return report
 
 
+def _faiss_reason(err: BaseException) -> str:
+    """FAISS's own words, without the C++ function and source line it prefixes them with."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    text = re.sub(r"^Error in .*? at \S+:\d+: ", "", lines[-1] if lines else type(err).__name__)
+    return text.replace("Error: ", "", 1)[:200]
+
+
+def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) -> list[str]:
+    """The ``evaluation.*`` options that would fail only after every descriptor is extracted: an
+    index string FAISS cannot build for ``out_dim``-D descriptors, search parameters it does not
+    take, a GPU index without a GPU, a whitening file that is not there."""
+    options = options or {}
+    problems = []
+    try:
+        import faiss
+    except ImportError:  # the torch search of tiny sets needs no index string
+        faiss = None
+    index, params = options.get("index"), options.get("search_params")
+    if faiss is not None and isinstance(index, str):
+        try:
+            probe = faiss.index_factory(int(out_dim), index, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as err:
+            probe = None
+            problems.append(f"evaluation.index={index} is not a FAISS index_factory string for {out_dim}-D descriptors "
+                            f"({_faiss_reason(err)}); e.g. evaluation.index=Flat (exact), SQfp16, HNSW32 or IVF1024,PQ16")
+        if probe is not None and params:
+            try:
+                faiss.ParameterSpace().set_index_parameters(probe, str(params))
+            except RuntimeError as err:
+                problems.append(f"evaluation.search_params={params} does not apply to evaluation.index={index} "
+                                f"({_faiss_reason(err)}); e.g. nprobe=32 for IVF indexes, efSearch=256 for HNSW, or "
+                                "evaluation.search_params=null")
+    if options.get("use_gpu") is True and faiss is not None and faiss.get_num_gpus() == 0:
+        problems.append("evaluation.use_gpu=true but this faiss build sees no GPU; use evaluation.use_gpu=null (a GPU "
+                        "index when there is one) or evaluation.use_gpu=false")
+    whitening = options.get("whitening")
+    if isinstance(whitening, str) and not Path(whitening).expanduser().is_file():
+        problems.append(f"evaluation.whitening={whitening}: no such file (a .npz written by PCA whitening, e.g. "
+                        "<run>/whitening.npz); fit one instead with evaluation.whitening_fit=<training images>")
+    return problems
+
+
 def check_evaluation(model: nn.Module, *, image_size: Sequence[int], sets: Mapping[str, RetrievalSet],
-                     check_images: str = "header", num_workers: int = 0) -> Preflight:
-    """Everything :func:`aggzoo.run.pipeline.evaluate` needs, checked before extraction starts."""
+                     check_images: str = "header", num_workers: int = 0,
+                     evaluation: Mapping[str, Any] | None = None) -> Preflight:
+    """Everything :func:`aggzoo.run.pipeline.evaluate` needs, checked before extraction starts
+    (``evaluation``: the ``evaluation.*`` options of ``eval.yaml``)."""
     report = Preflight("evaluation")
     problem = image_size_problem(image_size, "image_size")
     if problem:
         report.problems.append(problem)
     else:
         report.problems += model_problems(model, image_size, "image_size")
+    out_dim = getattr(model, "out_dim", None)
+    if isinstance(out_dim, int):
+        report.problems += evaluation_option_problems(evaluation, out_dim)
     for retrieval_set in sets.values():
         problems, notes = benchmark_problems(retrieval_set)
         report.problems += problems
@@ -433,7 +482,10 @@ class EvaluationGuard:
         num_workers = int(self.cfg.get("num_workers", 0))
         # Under skip every image is decoded below anyway; the header scan would only repeat it.
         scan = "none" if self.policy.skips else _choice(self.cfg.get("check_images", "header"))
-        check_evaluation(model, image_size=self.cfg.image_size, sets=sets, check_images=scan, num_workers=num_workers)
+        options = self.cfg.get("evaluation")
+        options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
+        check_evaluation(model, image_size=self.cfg.image_size, sets=sets, check_images=scan, num_workers=num_workers,
+                         evaluation=options)
         if not self.policy.skips:
             return dict(sets)
         out = {}
