@@ -49,6 +49,7 @@ def error_line(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 2, shown
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, shown
     assert len(lines) == 1, shown
+    assert result.stderr.count(lines[0].removeprefix("error: ")) == 1, shown  # said once, not logged again
     assert "weights_only=False" not in result.stderr + result.stdout, shown
     if log := os.environ.get("AGGZOO_ERROR_LINES"):  # collect what users see (for an issue note)
         with open(log, "a") as handle:

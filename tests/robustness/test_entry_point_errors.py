@@ -7,6 +7,7 @@ the tiny synthetic city; most stop in the config check, before any data or model
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -182,3 +183,23 @@ def test_create_model_of_broken_files(kind: str, broken_files: dict[str, Path]) 
     message = str(info.value)
     assert isinstance(info.value, error_type) and text in message and "\n" not in message, message
     assert "weights_only=False" not in message and "weights_only` set to `False" not in message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("entry", "expected"), [
+    ({"name": "nosuch_arch.x", "file": "x.safetensors", "sha256": "0" * 64},
+     "cannot register weights 'nosuch_arch.x': architecture 'nosuch_arch' is not registered"),
+    ({"name": "gem_efficientnet_lite0.x", "file": "x.safetensors", "sha256": "00"},
+     "entry 0: sha256 must be the 64 lowercase hex digits of the file"),
+], ids=["unknown_architecture", "bad_sha256"])
+@pytest.mark.parametrize("command", [["aggzoo.cli.models"], ["aggzoo.cli.manifest", "verify"],
+                                     ["aggzoo.cli.export", "gem_efficientnet_lite0", "--format", "torchscript"]],
+                         ids=["models", "manifest_verify", "export"])
+def test_a_broken_weights_manifest(entry: dict, expected: str, command: list[str], tmp_path: Path) -> None:
+    """The manifest is read when the hub is imported: its error still reaches the user as one line."""
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"format": "aggzoo.weights-manifest/1", "entries": [entry]}))
+    result = run_entry(["-m", *command], tmp_path, script=None, env={"AGGZOO_WEIGHTS_DIR": str(folder)})
+    line = error_line(result)
+    assert str(folder / "manifest.json") in line and expected in line, line

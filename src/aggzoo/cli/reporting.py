@@ -52,6 +52,7 @@ def reported_user_errors() -> Iterator[None]:
 
 
 def _exit(message: str) -> None:
-    log.error("%s", message)
+    if log.hasHandlers():  # the run's log file (Hydra); without handlers logging would print it a second time
+        log.error("%s", message)
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(USER_ERROR_STATUS) from None

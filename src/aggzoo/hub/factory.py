@@ -17,7 +17,8 @@ from typing import Any
 
 from torch import nn
 
-from aggzoo.errors import WeightsUnavailableError
+from aggzoo.errors import ManifestError, UserError, WeightsUnavailableError
+from aggzoo.hub import registry
 from aggzoo.hub.builder import build_head_for, build_model
 from aggzoo.hub.cfg import PretrainedCfg, split_name
 from aggzoo.hub.io import (
@@ -29,12 +30,11 @@ from aggzoo.hub.io import (
     read_checkpoint,
     read_local_dir,
 )
-from aggzoo.hub.manifest import register_manifest
+from aggzoo.hub.manifest import manifest_path, register_manifest
 from aggzoo.hub.registry import (
     get_pretrained_cfg,
     is_model,
     list_models,
-    list_pretrained,
     model_entrypoint,
     resolve,
 )
@@ -52,7 +52,34 @@ __all__ = [
 ]
 
 import_method_files()
-register_manifest()
+
+
+def _register_shipped_weights() -> ManifestError | None:
+    """Register the manifest's tags; a broken manifest (``AGGZOO_WEIGHTS_DIR``) must not break the
+    import of every entry point, so its error is kept and raised by the first call that needs names."""
+    try:
+        register_manifest()
+    except UserError as error:
+        message = str(error) if str(manifest_path()) in str(error) else f"{manifest_path()}: {error}"
+        return ManifestError(f"the shipped-weights manifest cannot be used: {message}. Fix or remove the entry "
+                             "(or point AGGZOO_WEIGHTS_DIR at a folder with a valid manifest.json)")
+    return None
+
+
+_MANIFEST_ERROR = _register_shipped_weights()
+
+
+def _manifest_ok() -> None:
+    if _MANIFEST_ERROR is not None:
+        raise ManifestError(str(_MANIFEST_ERROR))
+
+
+def list_pretrained(pattern: str = "*", *, with_cfg: bool = False) -> list[str] | list[PretrainedCfg]:
+    """``<architecture>.<tag>`` names matching ``pattern`` (sorted); ``with_cfg=True`` returns the
+    :class:`PretrainedCfg` objects (source, licence, published metrics, ...) instead. Raises the
+    :class:`ManifestError` of a broken shipped-weights manifest."""
+    _manifest_ok()
+    return registry.list_pretrained(pattern, with_cfg=with_cfg)
 
 _LOCAL_DIR = "local-dir:"
 _HF_HUB = "hf-hub:"
@@ -85,6 +112,7 @@ def create_model(
         A ``VPRModel`` in eval mode when weights were loaded (train mode otherwise), with
         ``.pretrained_cfg`` (preprocessing, provenance), ``.aggzoo_spec`` and ``.aggzoo_architecture``.
     """
+    _manifest_ok()
     if name.startswith(_LOCAL_DIR):
         return _from_local_dir(Path(name[len(_LOCAL_DIR):]).expanduser(), overrides, backbone_kwargs)
     if name.startswith(_HF_HUB):
@@ -171,6 +199,7 @@ def load_head(name: str, backbone: nn.Module, *, pretrained: bool = True, **head
     Raises:
         ConfigError: when the backbone's channels differ from what the head expects.
     """
+    _manifest_ok()
     architecture, cfg, kwargs = resolve(name, pretrained=pretrained, overrides=head_overrides)
     head, reference = build_head_for(architecture, kwargs, backbone)
     model = VPRModel(backbone, head)

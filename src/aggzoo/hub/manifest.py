@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,9 @@ class ManifestEntry:
         for required in ("name", "file", "sha256"):
             if not isinstance(data.get(required), str) or not data[required]:
                 raise ManifestError(f"{where}: {required!r} must be a non-empty string")
+        if not re.fullmatch(r"[0-9a-f]{64}", data["sha256"]):
+            raise ManifestError(f"{where}: sha256 must be the 64 lowercase hex digits of the file (sha256sum "
+                                f"weights/{data['file']}), got {data['sha256']!r}")
         if "." not in data["name"]:
             raise ManifestError(f"{where}: name {data['name']!r} must read '<architecture>.<tag>'")
         if Path(data["file"]).name != data["file"]:
