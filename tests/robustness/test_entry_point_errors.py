@@ -72,6 +72,7 @@ BROKEN = {
     ("ckpt_path=last", "ckpt_path=last: no checkpoints/last.ckpt under"),
     ("ckpt_path=/nowhere/last.ckpt", "ckpt_path=/nowhere/last.ckpt: no such checkpoint file"),
     ("data.image_size=[1,1]", "data.image_size must be [height, width] in pixels, two integers of at least 8"),
+    ("data.places_per_batch=1000", "data.places_per_batch=1000 exceeds the 24 training places with enough images"),
 ])
 def test_train_py_user_errors(override: str, expected: str, tmp_path: Path, data_env: dict[str, str]) -> None:
     line = error_line(run_entry([*TINY_TRAIN, override], tmp_path, env=data_env))

@@ -241,3 +241,20 @@ def test_manifest_add(paths: dict[str, Path]) -> None:
                        env={"AGGZOO_WEIGHTS_DIR": str(folder)})
     _cli_refused(result, "os.system", paths["dst"])
     assert not list(folder.glob("*"))  # nothing written to the weights folder
+
+
+def test_manifest_model_kwargs_cannot_name_a_target(paths: dict[str, Path]) -> None:
+    """A manifest entry's ``model_kwargs`` reach the entry point's spec, and the builder's allowlist."""
+    import aggzoo.hub.factory  # (fills the registry)
+    from aggzoo.hub import registry
+    from aggzoo.hub.cfg import PretrainedCfg
+
+    hostile = {"backbone_kwargs": {"_target_": "shutil.copyfile", "_args_": [str(paths["src"]), str(paths["dst"])]}}
+    name = "gem_efficientnet_lite0.hostile_kwargs"
+    registry.register_pretrained(name, PretrainedCfg(file="x.safetensors", sha256="0" * 64, model_kwargs=hostile))
+    try:
+        with pytest.raises(UnsafeSpecError) as info:
+            aggzoo.create_model(name)  # a tag selects its model_kwargs even without pretrained=True
+        _assert_refused(info.value, "shutil.copyfile", paths["dst"])
+    finally:
+        registry._PRETRAINED["gem_efficientnet_lite0"].pop("hostile_kwargs", None)

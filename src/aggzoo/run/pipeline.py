@@ -230,8 +230,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if not trainer.is_global_zero:  # rank 0 alone evaluates the test sets and writes the results
         return results
     if best is not None:
-        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
-        module.load_state_dict(state)
+        module.load_state_dict(read_checkpoint(best).contents["state_dict"])  # the one reader, for our own file too
     out_dir = Path(cfg.paths.output_dir)
     table_rows: list[tuple[str, list[RetrievalResult]]] = []
     if test_sets:

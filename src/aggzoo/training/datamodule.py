@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from aggzoo.data.gsv_cities import GSVCitiesDataset
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.data.transforms import Transform
+from aggzoo.errors import ConfigError
 from aggzoo.training.samplers import EpochKeyedDataset, PlaceBatchSampler, ResumableDataLoader
 
 __all__ = ["VPRDataModule"]
@@ -41,8 +42,9 @@ class VPRDataModule(L.LightningDataModule):
                  eval_batch_size: int = 64, seed: int = 0) -> None:
         super().__init__()
         if places_per_batch > len(train_dataset):
-            raise ValueError(f"places_per_batch={places_per_batch} exceeds the {len(train_dataset)} training "
-                             "places; lower data.places_per_batch")
+            raise ConfigError(f"data.places_per_batch={places_per_batch} exceeds the {len(train_dataset)} training "
+                              f"places with enough images; lower it (e.g. data.places_per_batch={len(train_dataset)}) "
+                              "or use more training data")
         self.train_dataset = train_dataset
         self.val_sets = dict(val_sets)
         self.eval_transform = eval_transform

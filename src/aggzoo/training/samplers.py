@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from aggzoo.errors import ConfigError
+
 __all__ = ["PlaceBatchSampler", "EpochKeyedDataset", "ResumableDataLoader", "seed_transform", "sample_seed"]
 
 
@@ -73,14 +75,15 @@ class PlaceBatchSampler(DistributedSampler):
     def __init__(self, num_places: int, *, places_per_batch: int, num_replicas: int = 1, rank: int = 0,
                  seed: int = 0, shuffle: bool = True) -> None:
         if places_per_batch < 2:
-            raise ValueError("places_per_batch must be >= 2 (negatives come from other places), "
-                             f"got {places_per_batch}")
+            raise ConfigError("data.places_per_batch must be >= 2 (negatives come from other places), "
+                              f"got {places_per_batch}; e.g. data.places_per_batch=32")
         if places_per_batch > num_places:
-            raise ValueError(f"places_per_batch={places_per_batch} exceeds the {num_places} training places; "
-                             "lower data.places_per_batch")
+            raise ConfigError(f"data.places_per_batch={places_per_batch} exceeds the {num_places} training places; "
+                              f"lower it (e.g. data.places_per_batch={num_places})")
         if places_per_batch % num_replicas:
-            raise ValueError(f"data.places_per_batch={places_per_batch} (the global P) must be divisible by the "
-                             f"{num_replicas} devices x nodes, so that each rank loads the same number of places")
+            raise ConfigError(f"data.places_per_batch={places_per_batch} (the global P) must be divisible by the "
+                              f"{num_replicas} devices x nodes, so that each rank loads the same number of places; "
+                              f"e.g. data.places_per_batch={max(num_replicas, places_per_batch // num_replicas * num_replicas)}")
         super().__init__(range(num_places), num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
         self.num_places = num_places
         self.places_per_batch = places_per_batch
