@@ -258,3 +258,43 @@ def test_manifest_model_kwargs_cannot_name_a_target(paths: dict[str, Path]) -> N
         _assert_refused(info.value, "shutil.copyfile", paths["dst"])
     finally:
         registry._PRETRAINED["gem_efficientnet_lite0"].pop("hostile_kwargs", None)
+
+
+class _CopiesOnLoad:
+    """Pickles as ``shutil.copyfile(src, dst)``: what a crafted ground-truth ``.npy`` would run."""
+
+    def __init__(self, src: Path, dst: Path) -> None:
+        self.src, self.dst = str(src), str(dst)
+
+    def __reduce__(self) -> tuple:
+        import shutil
+
+        return shutil.copyfile, (self.src, self.dst)
+
+
+def test_ground_truth_npy_files_never_run_code(paths: dict[str, Path]) -> None:
+    """Benchmark ground truth (VPR-Bench, MSLS / Pittsburgh lists) is ragged, so it is an object
+    array; it is unpickled with numpy's array types only."""
+    import numpy as np
+    from PIL import Image
+
+    from aggzoo.data.layout import load_npy
+    from aggzoo.data.vpr_bench import load_vpr_bench
+    from aggzoo.errors import DatasetFormatError
+
+    root = paths["tmp"] / "SPED"
+    for part in ("ref", "query"):
+        (root / part).mkdir(parents=True)
+        Image.new("RGB", (4, 4)).save(root / part / "0.jpg")
+    rows = np.empty((1, 2), dtype=object)
+    rows[0] = [0, _CopiesOnLoad(paths["src"], paths["dst"])]
+    np.save(root / "ground_truth_new.npy", rows, allow_pickle=True)
+    with pytest.raises(DatasetFormatError, match="refusing the global shutil.copyfile"):
+        load_vpr_bench(root)
+    assert not paths["dst"].exists()
+    rows[0] = [0, [0]]  # the honest file loads
+    np.save(root / "ground_truth_new.npy", rows, allow_pickle=True)
+    assert [p.tolist() for p in load_vpr_bench(root).positives] == [[0]]
+    np.save(paths["tmp"] / "list.npy", np.array(["a.jpg"], dtype=object), allow_pickle=True)
+    with pytest.raises(DatasetFormatError, match="holds Python objects"):
+        load_npy(paths["tmp"] / "list.npy")  # a list of paths holds no objects

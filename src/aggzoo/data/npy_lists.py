@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.data.layout import positive_arrays, require_dir, require_file
+from aggzoo.data.layout import load_npy, positive_arrays, require_dir, require_file
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import DatasetFormatError
 
@@ -38,10 +38,7 @@ NPY_LISTS_SOURCE = (
 
 def _load(path: Path, what: str, layout: str, source: str, *, pickle: bool = False) -> np.ndarray:
     require_file(path, what, layout, source)
-    try:
-        return np.load(path, allow_pickle=pickle)
-    except (ValueError, OSError) as err:
-        raise DatasetFormatError(f"{path}: cannot read {what} as .npy ({err})") from None
+    return load_npy(path, objects=pickle)  # object arrays without running code from the file
 
 
 def _paths(root: Path, array: np.ndarray, origin: Path) -> tuple[Path, ...]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aggzoo.data.layout import list_images, positive_arrays, require_dir, require_file
+from aggzoo.data.layout import list_images, load_npy, positive_arrays, require_dir, require_file
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import DatasetFormatError
 
@@ -64,10 +64,7 @@ def load_vpr_bench(
     gt_path = require_file(root / ground_truth_file, "ground truth", layout, source)
     query_paths, database_paths = _sorted_images(q_dir), _sorted_images(db_dir)
 
-    try:
-        rows = np.load(gt_path, allow_pickle=True)
-    except (ValueError, OSError) as err:
-        raise DatasetFormatError(f"{gt_path}: cannot read as .npy ({err})") from None
+    rows = load_npy(gt_path, objects=True)  # ragged rows: an object array, read without running code
     by_query: dict[int, object] = {}
     for r, row in enumerate(rows):
         try:
