@@ -58,7 +58,7 @@ BROKEN = {
     "random": "is truncated, corrupt or not a checkpoint",
     "empty": "is truncated, corrupt or not a checkpoint (the file is empty)",
     "text": "is truncated, corrupt or not a checkpoint",
-    "folder": "is a folder without checkpoints/last.ckpt",
+    "folder": "is a folder, but neither a run folder (checkpoints/last.ckpt) nor a folder written by save_pretrained",
     "missing": "no such file or folder",
 }
 

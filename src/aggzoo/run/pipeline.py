@@ -321,8 +321,13 @@ def _model_to_evaluate(ckpt_path: str, train_runs: Path) -> str:
     if ckpt_path == "last":
         return str(resolve_ckpt_path("last", search_root=train_runs))
     path = Path(ckpt_path).expanduser()
-    if path.is_dir() and ((path / "checkpoints").is_dir() or not (path / "config.json").exists()):
+    if path.is_dir() and ((path / "checkpoints").is_dir() or (path / "last.ckpt").is_file()):
         return str(resolve_ckpt_path(path, search_root=train_runs))  # a run folder
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise CheckpointNotFoundError(
+            f"ckpt_path={ckpt_path} is a folder, but neither a run folder (checkpoints/last.ckpt) nor a folder written "
+            "by save_pretrained (config.json, model.safetensors); pass the checkpoint file, e.g. "
+            "ckpt_path=<run>/checkpoints/last.ckpt")
     if not path.exists():
         raise CheckpointNotFoundError(
             f"ckpt_path={ckpt_path}: no such file or folder. Pass a checkpoint file (<run>/checkpoints/last.ckpt), "

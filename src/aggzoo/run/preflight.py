@@ -137,7 +137,7 @@ def image_size_problem(size: Any, key: str) -> str | None:
         pass
     shown = list(size) if isinstance(size, Sequence) and not isinstance(size, str) else size
     return (f"{key} must be [height, width] in pixels, two integers of at least {MIN_IMAGE_SIDE} (smaller images "
-            f"hold no place to recognise, and the augmentation cannot crop them), got {shown!r}; e.g. {key}=[320,320]")
+            f"hold no place to recognise, and the training augmentation cannot crop them), got {shown!r}; e.g. {key}=[320,320]")
 
 
 def _describe_features(features: Any) -> str:

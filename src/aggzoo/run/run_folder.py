@@ -31,7 +31,9 @@ def unwritable_folder_message(folder: Path) -> str | None:
         with tempfile.TemporaryFile(dir=folder):
             return None
     except OSError as error:
-        return f"cannot write the run folder {folder} ({error.filename or folder}: {error.strerror or error})"
+        # The folder Hydra or this probe could not create, or the probe file inside ``folder``.
+        where = "" if error.filename is None or Path(error.filename).parent == folder else f"{error.filename}: "
+        return f"cannot write the run folder {folder} ({where}{error.strerror or error})"
 
 
 class WritableRunFolder(Callback):
