@@ -24,8 +24,8 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
-from aggzoo.errors import CheckpointNotFoundError, ConfigError, RunFolderError
-from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmarks
+from aggzoo.errors import CheckpointNotFoundError, ConfigError, DatasetLayoutError, RunFolderError
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
 from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
@@ -52,6 +52,43 @@ __all__ = ["TrainingParts", "build_training", "compose_run_config", "evaluate", 
            "module_options", "train"]
 
 log = logging.getLogger(__name__)
+
+#: the data layer's generic "where is it" sentence (data/layout.require_dir), replaced below by the
+#: setting the benchmark's root is actually made of
+_GENERIC_ROOT_HINT = "Point the benchmark at it (paths.data_root=/your/datasets, or benchmark.<name>.root=...)."
+_ROOT_SETTINGS = {
+    "paths.shared_data": "paths.shared_data=<folder holding {dataset}/> or AGGZOO_SHARED_DATA=<that folder>",
+    "paths.data_root": "paths.data_root=/your/datasets or AGGZOO_DATA=/your/datasets",
+}
+
+
+def _root_hint(name: str, node: Any) -> str:
+    """Which setting moves benchmark ``name``: the ``${paths.*}`` its configured root is made of."""
+    raw = ""
+    if isinstance(node, DictConfig):
+        raw = str(OmegaConf.to_container(node, resolve=False).get("root", ""))
+    elif isinstance(node, dict):
+        raw = str(node.get("root", ""))
+    dataset = raw.split("}", 1)[-1].strip("/").split("/", 1)[0] or name
+    for key, setting in _ROOT_SETTINGS.items():
+        if "${" + key + "}" in raw:
+            return f"Point the benchmark at it ({setting.format(dataset=dataset)}, or benchmark.{name}.root=...)."
+    return f"Point the benchmark at it (benchmark.{name}.root=...)." if raw else _GENERIC_ROOT_HINT
+
+
+def load_benchmarks(nodes: Any) -> dict[str, RetrievalSet]:
+    """``{name: loader node}`` -> ``{name: RetrievalSet}``; a missing dataset names the setting that
+    its root comes from (``paths.shared_data`` for nordland_mini, ``paths.data_root`` for the public ones)."""
+    out = {}
+    for name, node in (nodes or {}).items():
+        try:
+            out[str(name)] = load_benchmark(node)
+        except DatasetLayoutError as err:
+            message = str(err)
+            if _GENERIC_ROOT_HINT not in message:
+                raise
+            raise DatasetLayoutError(message.replace(_GENERIC_ROOT_HINT, _root_hint(str(name), node))) from err
+    return out
 
 def model_spec(cfg: DictConfig) -> dict[str, Any]:
     """The model spec of a run config: its ``backbone`` and ``head`` nodes, resolved to plain data
