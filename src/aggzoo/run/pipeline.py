@@ -283,7 +283,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         print(_comparison_table(table_rows))
         if notes := result_notes(trained):
             print("\n".join(notes))
-        write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json")
+        write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json",
+                   labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
     results["seconds"] = time.perf_counter() - started
     _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, table_rows, best, results["seconds"])
     log.info("train job finished in %.1f s", results["seconds"])
