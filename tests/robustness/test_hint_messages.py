@@ -95,3 +95,14 @@ def test_random_bytes_are_called_corrupt(tmp_path: Path) -> None:
 def test_hubconf_docstring_does_not_call_hub_list_on_a_local_folder() -> None:
     lines = (CONF.parent / "hubconf.py").read_text().splitlines()
     assert not [line for line in lines if "torch.hub.list(" in line and "local" in line]
+
+
+def test_eval_without_checkpoint_says_the_model_is_untrained() -> None:
+    """Issue 14 item 6: eval.py with no ckpt_path evaluated an untrained model without saying so."""
+    from aggzoo.models.backbones.timm_backbone import TimmBackbone
+    from aggzoo.models.heads.gem import GeM
+    from aggzoo.models.vpr_model import VPRModel
+    from aggzoo.run.pipeline import untrained_note
+
+    note = untrained_note(VPRModel(TimmBackbone("test_resnet", out_indices=(3,)), GeM))
+    assert note.startswith("note: no ckpt_path given") and "untrained GeM head" in note and "ckpt_path=<" in note

@@ -374,6 +374,14 @@ def _model_to_evaluate(ckpt_path: str, train_runs: Path) -> str:
     return str(path)
 
 
+def untrained_note(model: torch.nn.Module) -> str:
+    """What eval.py says when it is given no ``ckpt_path``: the model it evaluates is untrained."""
+    head = type(getattr(model, "head", model)).__name__
+    return (f"note: no ckpt_path given, so this evaluates an untrained {head} head on the configured backbone "
+            "(its pretrained weights, if any; the head as initialised, with no data-driven init). To evaluate "
+            "trained weights pass ckpt_path=<checkpoint, run folder or zoo name>.")
+
+
 def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     """Evaluate ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when it is null)
     on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
@@ -389,6 +397,7 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
         model = create_model(_model_to_evaluate(str(cfg.ckpt_path), Path(cfg.paths.log_dir) / "train"))
     else:
         model = build_model_checked(model_spec(cfg))
+        print(untrained_note(model))
     options = OmegaConf.to_container(cfg.evaluation, resolve=True)
     if options.pop("protocol_resize"):
         transform = protocol_transform(cfg.image_size, multiple=size_multiple(model), **_normalisation(model))
