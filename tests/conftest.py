@@ -6,12 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from shared_paths import ENV, NORDLAND_MINI
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED = REPO_ROOT.parent / "shared"
-NORDLAND_MINI = SHARED / "data" / "nordland_mini"
 
 
 @pytest.fixture(scope="session")
@@ -22,5 +21,5 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def nordland_mini() -> Path:
     if not (NORDLAND_MINI / "vg").is_dir():
-        pytest.skip(f"real test data not found at {NORDLAND_MINI} (only present beside the team's checkout)")
+        pytest.skip(f"real test data not found at {NORDLAND_MINI} (beside the team's checkout, or set {ENV})")
     return NORDLAND_MINI

@@ -204,3 +204,66 @@ def test_refuses_foreign_folder(tmp_path: Path) -> None:
 def test_invalid_config_has_clear_error() -> None:
     with pytest.raises(ValueError, match="queries_per_place"):
         SyntheticCityConfig(queries_per_place=0)
+
+
+RACE = SyntheticCityConfig(**{**TINY.to_dict(), "train_places": 40})  # long enough for the second to start
+
+
+def _ensure_in_subprocess(root: str, queue) -> None:
+    try:
+        ensure_synthetic_city(Path(root), RACE, workers=1)
+        queue.put("ok")
+    except (OSError, RuntimeError, ValueError) as exc:  # reported to the parent, which fails the test
+        queue.put(repr(exc))
+
+
+def test_concurrent_first_use_both_succeed_and_cache_is_complete(tmp_path: Path) -> None:
+    """Issue 14 item 2: two processes on a fresh cache folder, the second started while the first is
+    writing images. Without the lock the second emptied what the first was writing: one of them failed
+    (FileNotFoundError / "Directory not empty") and the folder was left marked complete with images and
+    the CSVs missing."""
+    import multiprocessing
+    import time
+
+    from aggzoo.data.synthetic import _count, _expected_counts, _is_complete
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    root = tmp_path / "cache" / RACE.digest()
+    procs = [ctx.Process(target=_ensure_in_subprocess, args=(str(root), queue)) for _ in range(2)]
+    procs[0].start()
+    deadline = time.monotonic() + 120
+    while sum(1 for _ in root.rglob("*.jpg")) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    procs[1].start()
+    for p in procs:
+        p.join(timeout=300)
+    assert sorted(queue.get(timeout=5) for _ in procs) == ["ok", "ok"]
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert _count(root) == _expected_counts(RACE)
+    assert _is_complete(root, RACE)
+    assert len(list((root / "gsv" / "Dataframes").glob("*.csv"))) == RACE.num_cities
+
+
+def test_marker_over_missing_files_is_not_trusted(tmp_path: Path) -> None:
+    """A marker over a folder that lost files (the state an older racing run left) is regenerated."""
+    root = generate(tmp_path / "c", TINY, workers=1)
+    next((root / "gsv" / "Dataframes").glob("*.csv")).unlink()
+    for image in list((root / "gsv" / "Images").rglob("*.jpg"))[:5]:
+        image.unlink()
+    assert (root / COMPLETE_FILE).exists()
+    ensure_synthetic_city(root, TINY, workers=1)
+    from aggzoo.data.synthetic import _count, _expected_counts
+
+    assert _count(root) == _expected_counts(TINY)
+    assert len(list((root / "gsv" / "Dataframes").glob("*.csv"))) == TINY.num_cities
+
+
+def test_old_plain_marker_is_regenerated(tmp_path: Path) -> None:
+    root = generate(tmp_path / "c", TINY, workers=1)
+    (root / COMPLETE_FILE).write_text(TINY.digest() + "\n")  # the marker of aggzoo before the file counts
+    image = next((root / "vg" / "images" / "test" / "database").glob("*.jpg"))
+    _age([image])
+    ensure_synthetic_city(root, TINY, workers=1)
+    assert image.stat().st_mtime_ns != 1_000_000_000
+    assert json.loads((root / COMPLETE_FILE).read_text())["digest"] == TINY.digest()

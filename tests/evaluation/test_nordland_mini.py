@@ -1,4 +1,4 @@
-"""End to end on the real nordland_mini test split (skipped where ../shared/data is absent): the
+"""End to end on the real nordland_mini test split (skipped where the shared data, AGGZOO_SHARED_DATA or ../shared/data, is absent): the
 benchmark config -> evaluate_benchmarks -> report, against an independent brute force."""
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from aggzoo.evaluation.report import format_table, write_json, write_markdown
 from aggzoo.evaluation.retrieval import RetrievalResult
@@ -37,6 +38,18 @@ def test_json_round_trip(tmp_path):
     assert data["results"][0]["recalls"] == {"1": 0.9216, "5": 0.96, "10": 0.97, "20": 0.975}
     assert data["results"][1]["queries_without_positive"] == 3
     assert len(data["results"][0]["curve"]) == 20
+
+
+def test_json_labels_tell_apart_results_of_one_benchmark(tmp_path):
+    """The train job's test_results.json: pooling baseline, untrained and trained rows of one benchmark,
+    labelled with the keys run_summary.json uses (issue 14 item 6)."""
+    same = [make_result("synthetic_test", {1: r}) for r in (0.1, 0.2, 0.3)]
+    labels = ["pooling_baseline", "untrained", "trained"]
+    data = json.loads(write_json(same, tmp_path / "t.json", labels=labels).read_text())
+    assert [(r["label"], r["name"]) for r in data["results"]] == [(label, "synthetic_test") for label in labels]
+    assert "label" not in json.loads(write_json(same, tmp_path / "u.json").read_text())["results"][0]
+    with pytest.raises(ValueError, match="2 labels for 3 results"):
+        write_json(same, tmp_path / "v.json", labels=labels[:2])
 
 
 def test_markdown(tmp_path):

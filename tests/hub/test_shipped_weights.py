@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from hub_helpers import images
+from shared_paths import SHARED_DATA
 
 import aggzoo
 from aggzoo.cli.manifest import add_entry
@@ -22,7 +23,6 @@ from aggzoo.hub.io import SPEC_KEY, load_pretrained, sha256_of
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "weights" / "manifest.json"
-SHARED_DATA = REPO.parent / "shared" / "data"
 ENTRIES = manifest.read_manifest(MANIFEST)
 NOTHING_SHIPPED = pytest.param(None, marks=pytest.mark.skip(reason="weights/manifest.json lists no shipped weights yet"))
 PARAMS = [pytest.param(e, id=e.name) for e in ENTRIES] or [NOTHING_SHIPPED]
@@ -63,7 +63,7 @@ def _retrieval_set(evaluation: dict):
     if evaluation["dataset"] == "nordland_mini":
         root = SHARED_DATA / "nordland_mini" / "vg"
         if not root.is_dir():
-            pytest.skip(f"{root} not found (team test data, only beside the team's checkout)")
+            pytest.skip(f"{root} not found (team test data: beside the team's checkout, or set AGGZOO_SHARED_DATA)")
     else:
         from aggzoo.data.synthetic import SyntheticCityConfig, ensure_synthetic_city
 

@@ -145,3 +145,57 @@ def test_check_readable_lists_every_bad_file_at_once(tmp_path: Path) -> None:
     rs.database_paths[2].write_bytes(good[: len(good) // 2])
     assert 2 not in scan_images(rs.database_paths, full=False)
     assert "truncated" in scan_images(rs.database_paths, full=True)[2]
+
+
+def _data_init_fit(tmp_path: Path, on_error: str, head: str) -> tuple[ImagePolicy, Path]:
+    """A 0-byte training image, then a ``max_steps=0`` fit with the data-driven head initialisation
+    sampling every training image (issue 14 item 4: that loader ignored the policy)."""
+    import functools
+
+    import lightning.pytorch as L
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from aggzoo.models.backbones.timm_backbone import TimmBackbone
+    from aggzoo.models.heads.gsp import GSP
+    from aggzoo.models.heads.netvlad import NetVLAD
+    from aggzoo.models.vpr_model import VPRModel
+    from aggzoo.training.callbacks import HeadDataInit
+    from aggzoo.training.datamodule import VPRDataModule
+    from aggzoo.training.module import VPRLightningModule
+
+    paths = write_city(tmp_path / "gsv", [4, 4, 4])
+    victim = paths[1][2]
+    victim.write_bytes(b"")
+    policy = ImagePolicy(on_error, log_path=tmp_path / "run" / "bad_images.tsv",
+                         hint="Fix or remove the file, or skip unreadable training images with bad_images=skip")
+    transform = eval_transform((32, 32))
+    dataset = GSVCitiesDataset(tmp_path / "gsv", img_per_place=2, transform=transform, bad_images=policy)
+    head_cls = (functools.partial(NetVLAD, num_clusters=4) if head == "netvlad"
+                else functools.partial(GSP, embedding_dim=8, num_prototypes=4))
+    torch.manual_seed(0)
+    model = VPRModel(TimmBackbone("test_resnet", out_indices=(3,)), head_cls)
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    module = VPRLightningModule(model, loss=instantiate(OmegaConf.load(conf / "loss" / "multisimilarity.yaml")),
+                                optimizer=functools.partial(torch.optim.AdamW, lr=1e-3))
+    data = VPRDataModule(train_dataset=dataset, val_sets={}, eval_transform=transform, places_per_batch=2,
+                         eval_batch_size=4)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=0, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[HeadDataInit(num_images=12, descriptors_per_image=4, pooled_images=12, niter=5)])
+    trainer.fit(module, datamodule=data)
+    return policy, victim
+
+
+@pytest.mark.parametrize("head", ["netvlad", "gsp"])
+def test_head_data_init_skips_an_empty_training_image_under_skip(tmp_path: Path, head: str) -> None:
+    policy, victim = _data_init_fit(tmp_path, "skip", head)
+    skipped = policy.finalize()
+    assert list(skipped) == [str(victim)] and "empty" in skipped[str(victim)]
+    assert str(victim) in (tmp_path / "run" / "bad_images.tsv").read_text()
+
+
+@pytest.mark.parametrize("head", ["netvlad", "gsp"])
+def test_head_data_init_fails_naming_the_file_under_fail(tmp_path: Path, head: str) -> None:
+    with pytest.raises(ImageReadError, match=r"Lund_0000001.*\.jpg.*bad_images=skip"):
+        _data_init_fit(tmp_path, "fail", head)

@@ -11,12 +11,12 @@ import lightning.pytorch as L
 import pytest
 import torch
 from hydra.utils import instantiate
-from train_helpers import CONF, REPO, compose_train
+from shared_paths import REFERENCE
+from train_helpers import CONF, compose_train
 
 from aggzoo.hub.builder import build_model
 from aggzoo.run.pipeline import model_spec, train
 
-REFERENCE = REPO.parent / "shared" / "REFERENCE.md"
 #: experiments that are local jobs rather than published recipes (the default-job smoke run, the real-data run)
 LOCAL_JOBS = {"quick", "nordland_mini"}
 RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in LOCAL_JOBS)
@@ -34,7 +34,7 @@ OPTIMIZERS = {"Adam": "torch.optim.Adam", "AdamW": "torch.optim.AdamW", "SGD": "
 
 def _reference_rows() -> dict[str, list[str]]:
     if not REFERENCE.is_file():
-        pytest.skip(f"{REFERENCE} not found (it sits beside the team's checkout)")
+        pytest.skip(f"{REFERENCE} not found (it sits beside the team's checkout, or one level above AGGZOO_SHARED_DATA)")
     rows = {}
     for line in REFERENCE.read_text().splitlines():
         if line.startswith("| ") and not line.startswith("| model"):

@@ -43,6 +43,8 @@ def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, ca
     assert gem["trainable_params"] == avg["trainable_params"] + 1  # GeM's p
     assert gem["global_step"] == avg["global_step"] == 3 and gem["seconds_per_step"] > 0
     pooling, untrained, trained = json.loads((sweep_dir / "0" / "test_results.json").read_text())["results"]
+    # labelled as run_summary.json labels them (issue 14 item 6: three rows all named synthetic_test)
+    assert [r["label"] for r in (pooling, untrained, trained)] == ["pooling_baseline", "untrained", "trained"]
     assert gem["test"]["trained"]["synthetic_test"] == trained["recalls"]
     assert gem["test"]["untrained"]["synthetic_test"] == untrained["recalls"]
     assert gem["test"]["pooling_baseline"]["synthetic_test"] == pooling["recalls"]

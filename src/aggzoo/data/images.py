@@ -73,7 +73,8 @@ def _reduce_large(image: Image.Image, path: Path, max_pixels: int) -> None:
     raise _error(path, (
         f"{width}x{height} = {width * height / 1e6:.1f} Mpx exceeds the {max_pixels / 1e6:.1f} Mpx decoding "
         "limit (a guard against decompression bombs; only JPEGs can be decoded at reduced size). Downscale "
-        "the file, or raise aggzoo.data.images.MAX_PIXELS if it is genuine."
+        "the file (e.g. to a JPEG); the limit is a Python setting, aggzoo.data.images.MAX_PIXELS, with no "
+        "command-line option."
     ))
 
 
@@ -124,7 +125,7 @@ def read_rgb(path: str | Path, *, max_pixels: int | None = None) -> np.ndarray:
     except IsADirectoryError as err:
         raise _error(path, "it is a directory") from err
     except Image.DecompressionBombError as err:
-        raise _error(path, f"{err} Pillow refuses files this large; downscale the file, or raise "
-                           "PIL.Image.MAX_IMAGE_PIXELS if it is genuine.") from err
+        raise _error(path, f"{err} Pillow refuses files this large; downscale the file (the limit is a Python "
+                           "setting, PIL.Image.MAX_IMAGE_PIXELS, with no command-line option).") from err
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as err:
         raise _error(path, _reason(path, err)) from err

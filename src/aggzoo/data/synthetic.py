@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock
 from PIL import Image, ImageDraw, ImageFilter
 
 __all__ = [
@@ -809,6 +810,30 @@ def generate(root: str | os.PathLike, config: SyntheticCityConfig = SyntheticCit
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
+    with _lock(root):
+        return _generate_locked(root, config, workers)
+
+
+def _lock(root: Path) -> FileLock:
+    """An inter-process lock beside ``root`` (not inside it: ``_prepare_root`` empties the folder), so
+    two processes never write (or delete) the same city at once."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(root.parent / f".{root.name}.lock"))
+
+
+def _expected_counts(config: SyntheticCityConfig) -> dict[str, int]:
+    """How many files of each part a complete city of ``config`` holds (checked against the folder
+    before its completion marker is trusted)."""
+    train_jobs, rows = _plan_train(config)
+    counts = {"train": sum(len(job.shots) for job in train_jobs), "csv": len(rows)}
+    for split, n_places in (("val", config.val_places), ("test", config.test_places)):
+        shots = [s for job in _plan_vg(config, split, n_places) for s in job.shots]
+        for part in ("database", "queries"):
+            counts[f"{split}/{part}"] = sum(1 for s in shots if Path(s.relpath).parent.name == part)
+    return counts
+
+
+def _generate_locked(root: Path, config: SyntheticCityConfig, workers: int | None) -> Path:
     _prepare_root(root)
     meta = {"config": config.to_dict(), "digest": config.digest(), "generator_version": GENERATOR_VERSION}
     (root / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -827,8 +852,13 @@ def generate(root: str | os.PathLike, config: SyntheticCityConfig = SyntheticCit
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             list(pool.map(_render_place, jobs, *[[a] * len(jobs) for a in args], chunksize=8))
-    # Written last: its presence means every file above is complete.
-    (root / COMPLETE_FILE).write_text(config.digest() + "\n")
+    # Written last: its presence means every file above is complete. It records the file counts, which
+    # are checked against the folder before the marker is trusted.
+    counts = _count(root)
+    expected = _expected_counts(config)
+    if counts != expected:
+        raise RuntimeError(f"synthetic city at {root} is incomplete after generation: {counts} != {expected}")
+    (root / COMPLETE_FILE).write_text(json.dumps({"digest": config.digest(), "counts": counts}, sort_keys=True) + "\n")
     return root
 
 
@@ -841,12 +871,17 @@ def default_root(config: SyntheticCityConfig = SyntheticCityConfig()) -> Path:
 
 
 def _is_complete(root: Path, config: SyntheticCityConfig) -> bool:
+    """The marker names ``config`` and the folder holds every file it lists (a marker over a folder
+    that lost files, e.g. one emptied by a concurrent run of an older aggzoo, is not trusted)."""
     try:
-        marker = (root / COMPLETE_FILE).read_text().strip()
+        marker = json.loads((root / COMPLETE_FILE).read_text())
         meta = json.loads((root / CONFIG_FILE).read_text())
     except (OSError, ValueError):
         return False
-    return marker == config.digest() and meta.get("digest") == config.digest()
+    if not isinstance(marker, dict) or marker.get("digest") != config.digest() or meta.get("digest") != config.digest():
+        return False
+    expected = _expected_counts(config)
+    return marker.get("counts") == expected and _count(root) == expected
 
 
 def ensure_synthetic_city(root: str | os.PathLike | None = None,
@@ -856,12 +891,19 @@ def ensure_synthetic_city(root: str | os.PathLike | None = None,
 
     ``root`` defaults to :func:`default_root`. A folder that holds a complete city generated from the
     same config (and generator version) is returned untouched; an interrupted generation (no
-    completion marker) or a different config is regenerated in place.
+    completion marker), a folder missing files its marker counts, or a different config is regenerated
+    in place. Generation holds a file lock beside ``root``, so concurrent first uses (two terminals, a
+    CI matrix, a parallel sweep) wait for one generation instead of deleting each other's files.
     """
     root = Path(root) if root is not None else default_root(config)
     if _is_complete(root, config):
         return root
-    return generate(root, config, workers=workers)
+    # Another process may be generating the same city: wait for it, then look again.
+    with _lock(root):
+        if _is_complete(root, config):
+            return root
+        root.mkdir(parents=True, exist_ok=True)
+        return _generate_locked(root, config, workers)
 
 
 def synthetic_city_path(part: str, config: SyntheticCityConfig = SyntheticCityConfig()) -> Path:
@@ -873,7 +915,8 @@ def synthetic_city_path(part: str, config: SyntheticCityConfig = SyntheticCityCo
 
 
 def _count(root: Path) -> dict[str, int]:
-    counts = {"train": sum(1 for _ in (root / "gsv" / "Images").rglob("*.jpg"))}
+    counts = {"train": sum(1 for _ in (root / "gsv" / "Images").rglob("*.jpg")),
+              "csv": sum(1 for _ in (root / "gsv" / "Dataframes").glob("*.csv"))}
     for split in ("val", "test"):
         for part in ("database", "queries"):
             counts[f"{split}/{part}"] = sum(1 for _ in (root / "vg" / "images" / split / part).glob("*.jpg"))
@@ -898,7 +941,8 @@ def main(argv: list[str] | None = None) -> int:
         ensure_synthetic_city(root, config, workers=args.workers)
     elapsed = time.perf_counter() - start
     counts = _count(root)
-    print(f"synthetic city at {root}")
+    csvs = counts.pop("csv")
+    print(f"synthetic city at {root} ({csvs} city CSVs)")
     for name, n in counts.items():
         print(f"  {name:16s} {n:6d} images")
     print(f"  total            {sum(counts.values()):6d} images in {elapsed:.1f} s")

@@ -46,14 +46,24 @@ def format_table(results: Sequence[RetrievalResult]) -> str:
     return "\n".join([line(header), rule, *map(line, rows)])
 
 
-def to_json(results: Sequence[RetrievalResult], meta: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``{"meta": ..., "results": [summary, ...]}``; recalls are fractions keyed by ``str(k)``."""
-    return {"meta": dict(meta or {}), "results": [r.summary() for r in results]}
+def to_json(results: Sequence[RetrievalResult], meta: dict[str, Any] | None = None,
+            labels: Sequence[str] | None = None) -> dict[str, Any]:
+    """``{"meta": ..., "results": [summary, ...]}``; recalls are fractions keyed by ``str(k)``.
+
+    ``labels`` (one per result) tell apart results of the same benchmark, e.g. the train job's
+    ``pooling_baseline`` / ``untrained`` / ``trained`` rows (the keys of ``run_summary.json``)."""
+    rows = [r.summary() for r in results]
+    if labels is not None:
+        if len(labels) != len(rows):
+            raise ValueError(f"{len(labels)} labels for {len(rows)} results")
+        rows = [{"label": label, **row} for label, row in zip(labels, rows)]
+    return {"meta": dict(meta or {}), "results": rows}
 
 
-def write_json(results: Sequence[RetrievalResult], path: str | Path, meta: dict[str, Any] | None = None) -> Path:
+def write_json(results: Sequence[RetrievalResult], path: str | Path, meta: dict[str, Any] | None = None,
+               labels: Sequence[str] | None = None) -> Path:
     """Write :func:`to_json` to ``path`` (parents created); returns the path."""
-    return _write_text(path, json.dumps(to_json(results, meta), indent=2, default=_jsonable) + "\n")
+    return _write_text(path, json.dumps(to_json(results, meta, labels), indent=2, default=_jsonable) + "\n")
 
 
 def write_markdown(results: Sequence[RetrievalResult], path: str | Path, title: str = "Retrieval results") -> Path:

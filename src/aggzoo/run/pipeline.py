@@ -24,8 +24,8 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
-from aggzoo.errors import CheckpointNotFoundError, ConfigError, RunFolderError
-from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmarks
+from aggzoo.errors import CheckpointNotFoundError, ConfigError, DatasetLayoutError, RunFolderError
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
 from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
@@ -52,6 +52,43 @@ __all__ = ["TrainingParts", "build_training", "compose_run_config", "evaluate", 
            "module_options", "train"]
 
 log = logging.getLogger(__name__)
+
+#: the data layer's generic "where is it" sentence (data/layout.require_dir), replaced below by the
+#: setting the benchmark's root is actually made of
+_GENERIC_ROOT_HINT = "Point the benchmark at it (paths.data_root=/your/datasets, or benchmark.<name>.root=...)."
+_ROOT_SETTINGS = {
+    "paths.shared_data": "paths.shared_data=<folder holding {dataset}/> or AGGZOO_SHARED_DATA=<that folder>",
+    "paths.data_root": "paths.data_root=/your/datasets or AGGZOO_DATA=/your/datasets",
+}
+
+
+def _root_hint(name: str, node: Any) -> str:
+    """Which setting moves benchmark ``name``: the ``${paths.*}`` its configured root is made of."""
+    raw = ""
+    if isinstance(node, DictConfig):
+        raw = str(OmegaConf.to_container(node, resolve=False).get("root", ""))
+    elif isinstance(node, dict):
+        raw = str(node.get("root", ""))
+    dataset = raw.split("}", 1)[-1].strip("/").split("/", 1)[0] or name
+    for key, setting in _ROOT_SETTINGS.items():
+        if "${" + key + "}" in raw:
+            return f"Point the benchmark at it ({setting.format(dataset=dataset)}, or benchmark.{name}.root=...)."
+    return f"Point the benchmark at it (benchmark.{name}.root=...)." if raw else _GENERIC_ROOT_HINT
+
+
+def load_benchmarks(nodes: Any) -> dict[str, RetrievalSet]:
+    """``{name: loader node}`` -> ``{name: RetrievalSet}``; a missing dataset names the setting that
+    its root comes from (``paths.shared_data`` for nordland_mini, ``paths.data_root`` for the public ones)."""
+    out = {}
+    for name, node in (nodes or {}).items():
+        try:
+            out[str(name)] = load_benchmark(node)
+        except DatasetLayoutError as err:
+            message = str(err)
+            if _GENERIC_ROOT_HINT not in message:
+                raise
+            raise DatasetLayoutError(message.replace(_GENERIC_ROOT_HINT, _root_hint(str(name), node))) from err
+    return out
 
 def model_spec(cfg: DictConfig) -> dict[str, Any]:
     """The model spec of a run config: its ``backbone`` and ``head`` nodes, resolved to plain data
@@ -246,7 +283,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         print(_comparison_table(table_rows))
         if notes := result_notes(trained):
             print("\n".join(notes))
-        write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json")
+        write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json",
+                   labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
     results["seconds"] = time.perf_counter() - started
     _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, table_rows, best, results["seconds"])
     log.info("train job finished in %.1f s", results["seconds"])
@@ -336,6 +374,14 @@ def _model_to_evaluate(ckpt_path: str, train_runs: Path) -> str:
     return str(path)
 
 
+def untrained_note(model: torch.nn.Module) -> str:
+    """What eval.py says when it is given no ``ckpt_path``: the model it evaluates is untrained."""
+    head = type(getattr(model, "head", model)).__name__
+    return (f"note: no ckpt_path given, so this evaluates an untrained {head} head on the configured backbone "
+            "(its pretrained weights, if any; the head as initialised, with no data-driven init). To evaluate "
+            "trained weights pass ckpt_path=<checkpoint, run folder or zoo name>.")
+
+
 def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     """Evaluate ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when it is null)
     on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
@@ -351,6 +397,7 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
         model = create_model(_model_to_evaluate(str(cfg.ckpt_path), Path(cfg.paths.log_dir) / "train"))
     else:
         model = build_model_checked(model_spec(cfg))
+        print(untrained_note(model))
     options = OmegaConf.to_container(cfg.evaluation, resolve=True)
     if options.pop("protocol_resize"):
         transform = protocol_transform(cfg.image_size, multiple=size_multiple(model), **_normalisation(model))

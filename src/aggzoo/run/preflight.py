@@ -274,7 +274,14 @@ def benchmark_problems(retrieval_set: RetrievalSet, *, role: str = "benchmark") 
     return problems, notes
 
 
-def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int) -> list[str]:
+_EVAL_IMAGE_FIX = ("Fix or remove them, or evaluate without them with bad_images=skip (results are then not "
+                   "comparable to published numbers)")
+#: in train.py ``bad_images`` (default skip) applies to the training images only, not to the benchmarks
+_TRAIN_IMAGE_FIX = ("Fix or remove them, or leave the benchmark out of val_benchmarks / test_benchmarks (in train.py "
+                    "bad_images applies to the training images only; eval.py bad_images=skip evaluates without them)")
+
+
+def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int, fix: str = _EVAL_IMAGE_FIX) -> list[str]:
     if mode not in CHECK_IMAGES_CHOICES:
         return [f"check_images must be one of {CHECK_IMAGES_CHOICES}, got {mode!r}"]
     if mode == "none":
@@ -288,8 +295,7 @@ def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int) ->
             more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
             problems.append(
                 f"{len(bad)} of {len(paths)} images of benchmark {retrieval_set.name!r} cannot be read: {shown}{more}. "
-                "Fix or remove them, or evaluate without them with bad_images=skip (results are then not "
-                "comparable to published numbers)")
+                f"{fix}")
     return problems
 
 
@@ -320,7 +326,7 @@ def check_training(model: nn.Module, *, train_dataset: Any, places_per_batch: in
             problems, notes = benchmark_problems(retrieval_set, role=role)
             report.problems += problems
             report.notes += notes
-    report.problems += _scan_sets({**val_sets, **test_sets}, check_images, num_workers)
+    report.problems += _scan_sets({**val_sets, **test_sets}, check_images, num_workers, _TRAIN_IMAGE_FIX)
     report.log_notes()
     report.raise_if_any()
     return report

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aggzoo.errors import ImageReadError
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.data_init import DataInit, DataInitDeclaring
 from aggzoo.models.modes import evaluating
@@ -50,10 +51,16 @@ def sample_pooled_embeddings(model: nn.Module, loader: torch.utils.data.DataLoad
     """For each target, its ``pooled_embedding(backbone features)`` of every image: ``[N, D]`` each."""
     chunks: list[list[Tensor]] = [[] for _ in targets]
     with evaluating(model):
-        for images, _ in loader:
+        for batch in loader:
+            if batch is None:  # every image of the batch was unreadable and skipped (bad_images=skip)
+                continue
+            images, _ = batch
             features = model.backbone(images.to(device))
             for chunk, target in zip(chunks, targets, strict=True):
                 chunk.append(target.pooled_embedding(features).float().cpu())
+    if not chunks[0] and targets:
+        raise ImageReadError(f"none of the {len(loader.dataset)} training images sampled for the head's data-driven "
+                             "initialisation could be read (bad_images=skip skipped them all); fix the training data")
     return [torch.cat(chunk) for chunk in chunks]
 
 
@@ -65,13 +72,18 @@ def sample_local_descriptors(model: nn.Module, loader: torch.utils.data.DataLoad
     gen = torch.Generator().manual_seed(seed)
     chunks = []
     with evaluating(model):
-        for images, _ in loader:
-            images = images.to(device)
+        for batch in loader:
+            if batch is None:  # every image of the batch was unreadable and skipped (bad_images=skip)
+                continue
+            images = batch[0].to(device)
             fmap = _local_feature_map(model.backbone, images).float()  # [B, C, H, W]
             local = F.normalize(fmap.flatten(2).transpose(1, 2), dim=2).cpu()  # [B, HW, C]
             for feats in local:
                 take = torch.randperm(feats.shape[0], generator=gen)[: per_image]
                 chunks.append(feats[take])
+    if not chunks:
+        raise ImageReadError(f"none of the {len(loader.dataset)} training images sampled for the head's data-driven "
+                             "initialisation could be read (bad_images=skip skipped them all); fix the training data")
     return torch.cat(chunks)
 
 

@@ -7,15 +7,39 @@ from collections.abc import Mapping
 import lightning.pytorch as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
 
 from aggzoo.data.gsv_cities import GSVCitiesDataset
+from aggzoo.data.image_policy import ImagePolicy
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.data.transforms import Transform
 from aggzoo.errors import ConfigError
 from aggzoo.training.samplers import EpochKeyedDataset, PlaceBatchSampler, ResumableDataLoader
 
-__all__ = ["VPRDataModule"]
+__all__ = ["VPRDataModule", "PolicyImageDataset", "collate_readable"]
+
+
+class PolicyImageDataset(Dataset):
+    """Images read through an :class:`~aggzoo.data.image_policy.ImagePolicy`: ``index -> (image, index)``,
+    or ``None`` for a file the policy skips (and lists); :func:`collate_readable` drops those."""
+
+    def __init__(self, paths, transform: Transform, policy: ImagePolicy) -> None:
+        self.paths = list(paths)
+        self.transform = transform
+        self.policy = policy
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int] | None:
+        array = self.policy.read(self.paths[index])
+        return None if array is None else (self.transform(array), index)
+
+
+def collate_readable(batch: list) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``default_collate`` of the readable items of ``batch``; ``None`` when none is readable."""
+    items = [item for item in batch if item is not None]
+    return default_collate(items) if items else None
 
 
 class VPRDataModule(L.LightningDataModule):
@@ -91,10 +115,17 @@ class VPRDataModule(L.LightningDataModule):
 
     def feature_sample_dataloader(self, num_images: int, *, seed: int = 0) -> DataLoader:
         """A loader over ``num_images`` random training images (eval transform), for the
-        k-means initialisation of heads."""
+        data-driven initialisation of heads (k-means, pooled).
+
+        Images are read through the training set's ``bad_images`` policy: under ``skip`` an unreadable
+        file is left out of its batch and listed with the other skipped training images (a batch of
+        only unreadable files is ``None``); under ``fail`` it stops the job naming the file."""
         paths = [img.path for imgs in self.train_dataset.places.values() for img in imgs]
         rng = np.random.default_rng(seed)
         chosen = rng.choice(len(paths), size=min(num_images, len(paths)), replace=False)
-        return DataLoader(ImageListDataset([paths[i] for i in sorted(chosen)], self.eval_transform),
-                          batch_size=self.eval_batch_size, num_workers=self.num_workers,
-                          generator=self._generator())
+        policy = getattr(self.train_dataset, "bad_images", None)
+        dataset = (PolicyImageDataset([paths[i] for i in sorted(chosen)], self.eval_transform, policy)
+                   if isinstance(policy, ImagePolicy) else
+                   ImageListDataset([paths[i] for i in sorted(chosen)], self.eval_transform))
+        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers,
+                          collate_fn=collate_readable, generator=self._generator())

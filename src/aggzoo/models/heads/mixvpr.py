@@ -106,7 +106,8 @@ class MixVPR(Head):
             sizes = "; ".join(f"{self.in_h * s}x{self.in_w * s} images on a {name}" for s, name in _COMMON_STRIDES)
             raise ValueError(
                 f"MixVPR was built for {self.in_h}x{self.in_w} feature maps ({sizes}); got {h}x{w}. "
-                f"Resize the images to in_h*stride x in_w*stride, or build the head with in_h={h}, in_w={w}."
+                f"Resize the images to in_h*stride x in_w*stride, or build the head for this size: head.in_h={h} "
+                f"head.in_w={w} on the train.py / eval.py command line (MixVPR(..., in_h={h}, in_w={w}) in Python)."
             )
         if x.shape[1] != self.in_channels:
             raise ValueError(f"MixVPR was built for {self.in_channels}-channel maps; got {x.shape[1]} channels")

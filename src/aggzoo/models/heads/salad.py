@@ -120,7 +120,8 @@ class SALAD(Head):
         if features.cls is None:
             raise ValueError(
                 f"{type(self).__name__} needs a ViT backbone with a CLS token (features.cls is None): "
-                "use a ViT such as vit_base_patch14_dinov2 rather than a CNN."
+                "use a ViT backbone rather than a CNN: backbone=dinov2_vitb14 on the train.py / eval.py command line "
+                "(TimmBackbone('vit_base_patch14_dinov2') in Python)."
             )
         x = features.last
         height, width = x.shape[-2:]
