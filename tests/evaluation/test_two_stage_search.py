@@ -113,6 +113,19 @@ def test_a_shortlist_shorter_than_k_is_raised_to_k_and_bad_values_are_refused(da
         build_index(db, index=INDEX, refine=0)
 
 
+def test_an_index_type_faiss_builds_for_l2_only_is_refused_except_as_a_disk_first_stage(data: tuple) -> None:
+    db, q = data
+    for index in ("HNSW16_PQ8", "ITQ32,LSHt"):
+        with pytest.raises(ValueError, match="L2 metric only"):
+            build_index(db, index=index)
+        with pytest.raises(ValueError, match="L2 metric only"):
+            build_index(db, index=index, refine=M, refine_store="ram")
+    # Binary ITQ codes as the first stage: the result is still the exact top-k of their shortlist.
+    binary = build_index(db, index="ITQ32,LSHt", refine=M, refine_store="disk")
+    ids = search(db, q, K, index=binary)
+    np.testing.assert_array_equal(ids, _exact_top_k_of(binary.shortlists(q, K), db, q, K))
+
+
 # -- the pipeline's search interface: evaluation.index / evaluation.refine / evaluation.refine_store ---
 
 

@@ -168,6 +168,8 @@ class TwoStageIndex:
     - ``store == "disk"``: ``first`` is the approximate index alone (only its codes in RAM) and the
       candidates are re-scored here against ``vectors``, the ``[N, D]`` database as given -- typically
       an ``np.memmap`` of a float16/float32 ``.npy`` file, read row by row for the shortlists only.
+      ``first`` may then also be a type FAISS builds for L2 only (binary codes: ``"ITQ256,LSHt"``,
+      ``"LSHrt"``; ``"HNSW32_PQ64"``): on L2-normalised descriptors it shortlists as inner product would.
     """
 
     def __init__(self, first: Any, shortlist: int, vectors: np.ndarray | None = None) -> None:
@@ -256,7 +258,19 @@ def build_index(
     if refine is not None and refine < 1:
         raise ValueError(f"refine (the shortlist size M) must be >= 1, got {refine}")
     database = np.asarray(database) if not isinstance(database, np.memmap) else database
-    base = faiss.index_factory(database.shape[1], index, faiss.METRIC_INNER_PRODUCT)
+    try:
+        base = faiss.index_factory(database.shape[1], index, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as error:
+        if "METRIC_L2" not in str(error):
+            raise
+        base = faiss.index_factory(database.shape[1], index, faiss.METRIC_L2)  # LSH: refused below or shortlists
+    if base.metric_type != faiss.METRIC_INNER_PRODUCT and not (refine is not None and refine_store == "disk"):
+        # Some types (binary LSH/ITQ codes, HNSW over PQ codes) silently build with L2: their scores would
+        # rank backwards. As the first stage of a "disk" two-stage search they are fine: only their
+        # shortlist is used (L2 ranks L2-normalised descriptors as inner product does) and aggzoo re-scores it.
+        raise ValueError(f"FAISS builds {index!r} with the L2 metric only, but aggzoo ranks by inner product; "
+                         "pick a type that supports METRIC_INNER_PRODUCT (Flat, SQfp16, HNSW32, IVF...,PQ..., ...), "
+                         "or use it as the first stage of a two-stage search with refine_store='disk'")
     inner = faiss.downcast_index(base)
     if getattr(inner, "do_polysemous_training", False):
         # On by default for IVF-PQ, it re-orders PQ codes for Hamming filtering we never use and
