@@ -33,13 +33,13 @@ Flat in the same run, index memory (bytes the index holds: ``ntotal x code_size`
 the serialised size otherwise — codes, centroids, graph links), Recall@1/@10 against the positives, and
 the fraction of queries whose top-1 equals exact search's. The process's peak RSS is printed at the end.
 
-Two-stage search (``--two-stage-*``, issue 12): :func:`search` with ``refine=M``: an IVF-PQ first stage
+Two-stage search (``--two-stage-*``, issue 12): :func:`search` with ``refine=M``: a first stage
 (``IVFPQ``: D/8-byte codes; ``IVFPQfs``: 4-bit fast scan, D/16 bytes; ~sqrt(N) lists, trained on 64 rows
-per list) returns M candidates, re-scored exactly against the full-precision database, memory-mapped from
-a ``--store-dtype`` ``.npy`` file (``disk``: RAM holds only the codes) or inside FAISS's IndexRefineFlat
-(``ram``: a float32 copy). One build is searched at each ``--two-stage-nprobe``. RAM = bytes the index
-holds; the table ends with the configurations within 0.5 R@1 of Flat, >= 10x faster per query and
-holding <= 1/8 of Flat's bytes.
+per list; ``ITQ``: 256-bit binary codes searched exhaustively by Hamming distance) returns M candidates,
+re-scored exactly against the full-precision database, memory-mapped from a ``--store-dtype`` ``.npy``
+file (``disk``: RAM holds only the codes) or inside FAISS's IndexRefineFlat (``ram``: a float32 copy).
+One build is searched at each ``--two-stage-nprobe``. RAM = bytes the index holds. The table ends with
+the configurations within 0.5 R@1 of Flat, >= 10x faster per query and holding <= 1/8 of Flat's bytes.
 """
 
 from __future__ import annotations
@@ -219,6 +219,8 @@ def two_stage_specs(n: int, d: int, nlist: int | None = None) -> dict[str, str]:
         "IVFPQ": f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 8, 256))}",
         "IVFPQfs": f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 8, 1024))}x4fs",
         "IVFHNSWPQ": f"IVF{nlist}_HNSW32,PQ{_divisor_at_most(d, min(d // 8, 256))}",
+        # binary codes, min(256, D/2) bits (32 bytes at D >= 512), searched exhaustively by Hamming distance
+        "ITQ": f"ITQ{min(256, d // 2)},LSHt",
     }
 
 
@@ -267,8 +269,10 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                         start = time.perf_counter()
                         built = build_index(source, index=spec, train_size=train_rows, refine=refine, refine_store=store)
                         build_s = time.perf_counter() - start
-                        for nprobe in nprobes:  # one build, searched at each nprobe
-                            faiss.ParameterSpace().set_index_parameters(built.first, f"nprobe={nprobe}")
+                        is_ivf = spec.startswith("IVF")
+                        for nprobe in nprobes if is_ivf else ["-"]:  # one build, searched at each nprobe
+                            if is_ivf:
+                                faiss.ParameterSpace().set_index_parameters(built.first, f"nprobe={nprobe}")
                             predictions = search(source, q, K, index=built)
                             seconds = median_seconds(functools.partial(search, source, q, K, index=built), repeats,
                                                      warmup=False)
@@ -286,7 +290,7 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                             ok = (100 * (flat_r[1] - recalls[1]) <= 0.5 and flat_ms / ms >= 10
                                   and ram <= flat_bytes / 8)
                             if ok:
-                                verdicts.append(f"N={n} D={d}: {spec}, nprobe {nprobe}, refine {refine} ({store}): "
+                                verdicts.append(f"N={n} D={d}: {spec}, nprobe {nprobe}, M = {refine} ({store}): "
                                                 f"R@1 {100 * recalls[1]:.1f} vs Flat {100 * flat_r[1]:.1f}, "
                                                 f"{flat_ms / ms:.0f}x faster, RAM 1/{flat_bytes / ram:.0f} of Flat")
                         del built
@@ -315,7 +319,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--two-stage-sizes", default="100000", help="database sizes N of the two-stage table")
     parser.add_argument("--two-stage-dims", default="1024", help="descriptor dimensions D of the two-stage table")
     parser.add_argument("--two-stage-indexes", default="IVFPQ,IVFPQfs",
-                        help="first stages: IVFPQ (D/8 bytes), IVFPQfs (4-bit fast scan, D/16 bytes), IVFHNSWPQ")
+                        help="first stages: IVFPQ (D/8 bytes), IVFPQfs (4-bit fast scan, D/16 bytes), IVFHNSWPQ, "
+                             "ITQ (binary codes, 32 bytes)")
     parser.add_argument("--refine", type=int, default=100, help="shortlist size M re-scored exactly")
     parser.add_argument("--stores", default="disk,ram", help="where stage 2 reads full vectors: disk, ram")
     parser.add_argument("--store-dtype", default="float16", choices=["float16", "float32"])
