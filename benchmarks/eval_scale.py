@@ -35,7 +35,7 @@ the fraction of queries whose top-1 equals exact search's. The process's peak RS
 
 Two-stage search (``--two-stage-*``, issue 12): :func:`search` with ``refine=M``: a first stage
 (``IVFPQ``: D/8-byte codes; ``IVFPQfs``: 4-bit fast scan, D/16 bytes; ~sqrt(N) lists, trained on 64 rows
-per list; ``ITQ``: 256-bit binary codes searched exhaustively by Hamming distance) returns M candidates,
+per list by default; ``ITQ``: 256-bit binary codes searched exhaustively by Hamming distance) returns M candidates,
 re-scored exactly against the full-precision database, memory-mapped from a ``--store-dtype`` ``.npy``
 file (``disk``: RAM holds only the codes) or inside FAISS's IndexRefineFlat (``ram``: a float32 copy).
 One build is searched at each ``--two-stage-nprobe``. RAM = bytes the index holds. The table ends with
@@ -226,7 +226,7 @@ def two_stage_specs(n: int, d: int, nlist: int | None = None) -> dict[str, str]:
 
 def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, configs: Sequence[str],
                     repeats: int, refine: int, nprobes: Sequence[int], stores: Sequence[str], store_dtype: str,
-                    store_dir: str | None, nlist: int | None = None) -> str:
+                    store_dir: str | None, nlist: int | None = None, train_per_list: int = 64) -> str:
     """Flat against first stage + exact re-scoring of ``refine`` candidates (``search(..., refine=M)``),
     the full-precision vectors in RAM (FAISS IndexRefineFlat) or memory-mapped from a .npy file."""
     import faiss
@@ -261,7 +261,7 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                              f"{'1.0x':>8} {flat_bytes / 2**20:>8.1f} {1.0:>8.3f} {'-':>8} {100 * flat_r[1]:>6.1f} "
                              f"{100 * flat_r[K]:>6.1f} {100.0:>9.1f}%")
                 stored = np.load(path, mmap_mode="r")
-                train_rows = min(n, max(TRAIN_ROWS, 64 * two_stage_nlist(n, nlist)))  # 64 per list
+                train_rows = min(n, max(TRAIN_ROWS, train_per_list * two_stage_nlist(n, nlist)))
                 for name in configs:
                     spec = two_stage_specs(n, d, nlist)[name]
                     for store in stores:
@@ -318,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--skip-two-stage", action="store_true")
     parser.add_argument("--two-stage-sizes", default="100000", help="database sizes N of the two-stage table")
     parser.add_argument("--two-stage-dims", default="1024", help="descriptor dimensions D of the two-stage table")
-    parser.add_argument("--two-stage-indexes", default="IVFPQ,IVFPQfs",
+    parser.add_argument("--two-stage-indexes", default="IVFPQfs,ITQ",
                         help="first stages: IVFPQ (D/8 bytes), IVFPQfs (4-bit fast scan, D/16 bytes), IVFHNSWPQ, "
                              "ITQ (binary codes, 32 bytes)")
     parser.add_argument("--refine", type=int, default=100, help="shortlist size M re-scored exactly")
@@ -327,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--store-dir", default=None, help="folder for the memory-mapped store (default: temp)")
     parser.add_argument("--two-stage-nprobe", default="32,128", help="IVF lists visited (comma-separated)")
     parser.add_argument("--nlist", type=int, default=None, help="IVF lists of the two-stage table (default ~sqrt N)")
+    parser.add_argument("--train-per-list", type=int, default=64, help="two-stage IVF training rows per list")
     parser.add_argument("--backbone", default="tf_efficientnet_lite0")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--images", type=int, default=128)
@@ -350,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                               [s for s in args.two_stage_indexes.split(",") if s], args.repeats, args.refine,
                               [int(s) for s in args.two_stage_nprobe.split(",")],
                               [s for s in args.stores.split(",") if s], args.store_dtype,
-                              args.store_dir, args.nlist), flush=True)
+                              args.store_dir, args.nlist, args.train_per_list), flush=True)
         print()
     print(f"process peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
