@@ -92,14 +92,69 @@ def multihead_attention(prefix: str, dim: int) -> Shapes:
             (prefix + "out_proj.weight", (dim, dim)), (prefix + "out_proj.bias", (dim,))]
 
 
-def dinov2_resampled(pos_embed: Tensor, grid: int) -> Tensor:
-    """What DINOv2's ``interpolate_pos_encoding`` adds for a ``grid x grid`` input (bicubic,
-    ``scale_factor = (grid + 0.1) / 37``, no antialias): the reference the converter must match."""
-    cls, patches = pos_embed[:, :1], pos_embed[:, 1:]
-    maps = patches.reshape(1, DINOV2_GRID, DINOV2_GRID, -1).permute(0, 3, 1, 2)
-    scale = (grid + 0.1) / DINOV2_GRID
-    maps = F.interpolate(maps, scale_factor=(scale, scale), mode="bicubic", antialias=False)
-    return torch.cat([cls, maps.permute(0, 2, 3, 1).reshape(1, grid * grid, -1)], dim=1)
+def dinov2_positions(pos_embed: Tensor, grid: tuple[int, int], num_prefix: int = 1) -> Tensor:
+    """What DINOv2's ``interpolate_pos_encoding`` adds for a ``grid = (g_h, g_w)`` patch grid, from the
+    stored ``[1, num_prefix + 37 * 37, C]`` embedding: bicubic, ``scale_factor = (g + 0.1) / 37`` per
+    axis, no antialias, computed here with ``F.interpolate`` directly (the reference the models must match)."""
+    if tuple(grid) == (DINOV2_GRID, DINOV2_GRID):
+        return pos_embed
+    prefix, patches = pos_embed[:, :num_prefix], pos_embed[:, num_prefix:]
+    maps = patches.float().reshape(1, DINOV2_GRID, DINOV2_GRID, -1).permute(0, 3, 1, 2)
+    scale = ((grid[0] + 0.1) / DINOV2_GRID, (grid[1] + 0.1) / DINOV2_GRID)
+    maps = F.interpolate(maps, scale_factor=scale, mode="bicubic", antialias=False)
+    assert tuple(maps.shape[-2:]) == tuple(grid)
+    return torch.cat([prefix, maps.permute(0, 2, 3, 1).reshape(1, grid[0] * grid[1], -1)], dim=1)
+
+
+def salad_aggregator(prefix: str, *, cluster_dim: int) -> Shapes:
+    """serizba/salad ``models/aggregators/salad.py`` (m = 64, ``cluster_dim`` = l) under ``prefix``."""
+    return prefixed(prefix, [
+        ("token_features.0.weight", (512, DINOV2_DIM)), ("token_features.0.bias", (512,)),
+        ("token_features.2.weight", (256, 512)), ("token_features.2.bias", (256,)),
+        ("cluster_features.0.weight", (512, DINOV2_DIM, 1, 1)), ("cluster_features.0.bias", (512,)),
+        ("cluster_features.3.weight", (cluster_dim, 512, 1, 1)), ("cluster_features.3.bias", (cluster_dim,)),
+        ("score.0.weight", (512, DINOV2_DIM, 1, 1)), ("score.0.bias", (512,)),
+        ("score.3.weight", (64, 512, 1, 1)), ("score.3.bias", (64,)),
+        ("dust_bin", ()),
+    ])
+
+
+def boq_aggregator(p: int, in_channels: int, *, queries: int = 64, layers: int = 2, rows: int = 32) -> Shapes:
+    """amaralibey/Bag-of-Queries ``src/boq.py`` under ``aggregator.``."""
+    shapes = [("proj_c.weight", (p, in_channels, 3, 3)), ("proj_c.bias", (p,)),
+              ("norm_input.weight", (p,)), ("norm_input.bias", (p,))]
+    for i in range(layers):
+        b = f"boqs.{i}."
+        shapes += multihead_attention(b + "encoder.self_attn.", p)
+        shapes += [(b + "encoder.linear1.weight", (4 * p, p)), (b + "encoder.linear1.bias", (4 * p,)),
+                   (b + "encoder.linear2.weight", (p, 4 * p)), (b + "encoder.linear2.bias", (p,)),
+                   (b + "encoder.norm1.weight", (p,)), (b + "encoder.norm1.bias", (p,)),
+                   (b + "encoder.norm2.weight", (p,)), (b + "encoder.norm2.bias", (p,)),
+                   (b + "queries", (1, queries, p))]
+        shapes += multihead_attention(b + "self_attn.", p)
+        shapes += [(b + "norm_q.weight", (p,)), (b + "norm_q.bias", (p,))]
+        shapes += multihead_attention(b + "cross_attn.", p)
+        shapes += [(b + "norm_out.weight", (p,)), (b + "norm_out.bias", (p,))]
+    shapes += [("fc.weight", (rows, layers * queries)), ("fc.bias", (rows,))]
+    return prefixed("aggregator.", shapes)
+
+
+def edtformer_layout(depth: int) -> Shapes:
+    """Tong-Jin01/EDTformer ``VPRNet`` state dict: DINOv2 under ``backbone.``, LoPA adapters
+    (``backbone/LadderAdapter.py``: Linear 768 -> 4 -> 768 per block) and the decoder head at the top level."""
+    c = DINOV2_DIM
+    shapes = prefixed("backbone.", dinov2_hub(depth))
+    for i in range(depth):
+        shapes += [(f"backbone.adapters.{i}.D_fc1.weight", (4, c)), (f"backbone.adapters.{i}.D_fc1.bias", (4,)),
+                   (f"backbone.adapters.{i}.D_fc2.weight", (c, 4)), (f"backbone.adapters.{i}.D_fc2.bias", (c,))]
+    shapes += [("fc.weight", (c, c)), ("fc.bias", (c,)), ("queries", (1, 64, c)),
+               ("channel_proj.weight", (256, c)), ("channel_proj.bias", (256,)),
+               ("row_proj.weight", (16, 64)), ("row_proj.bias", (16,))]
+    for i in range(2):  # SA_CA: two attentions and two norms, no feed-forward weights
+        layer = f"decoder.layers.{i}."
+        shapes += multihead_attention(layer + "self_attn.", c) + multihead_attention(layer + "multihead_attn.", c)
+        shapes += [(layer + f"norm{j}.{w}", (c,)) for j in (1, 2) for w in ("weight", "bias")]
+    return shapes
 
 
 def save(obj: object, path: Path) -> Path:

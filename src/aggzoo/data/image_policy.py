@@ -27,6 +27,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
 
 from aggzoo.data.images import ImageReadError, read_rgb
+from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import RetrievalSet
 
 __all__ = ["BAD_IMAGE_CHOICES", "ImagePolicy", "scan_images", "drop_unreadable", "check_readable"]
@@ -163,17 +164,21 @@ class _ScanDataset(Dataset):
 
 
 def scan_images(paths: Sequence[str | Path], *, full: bool = True, num_workers: int = 0,
-                batch_size: int = 64) -> dict[int, str]:
+                batch_size: int = 64, progress: bool | None = None) -> dict[int, str]:
     """``{index: reason}`` of the unreadable files among ``paths``.
 
     ``full`` decodes every image (finds truncated files too); otherwise only headers are read
-    (missing, empty and non-image files, at a fraction of the cost).
+    (missing, empty and non-image files, at a fraction of the cost). ``progress``: a tqdm bar over
+    the files (``None``: only when stderr is a terminal).
     """
     loader = DataLoader(_ScanDataset([Path(p) for p in paths], full), batch_size=batch_size,
                         num_workers=num_workers, collate_fn=list)
     problems: dict[int, str] = {}
-    for batch in loader:
-        problems.update((i, msg) for i, msg in batch if msg)
+    label = "decoding images" if full else "reading image headers"
+    with progress_bar(None, progress, label, total=len(paths), unit="img") as bar:
+        for batch in loader:
+            problems.update((i, msg) for i, msg in batch if msg)
+            bar.update(len(batch))
     return problems
 
 

@@ -122,6 +122,10 @@ def evaluate_benchmarks(
     index: str = "Flat",
     search_params: str | None = None,
     use_gpu: bool | None = None,
+    refine: int | None = None,
+    refine_store: str = "ram",
+    store_dir: str | Path | None = None,
+    progress: bool | None = None,
     whitening: PCAWhitening | str | Path | None = None,
     whitening_fit: Any = None,
     whitening_dim: int | None = None,
@@ -147,6 +151,11 @@ def evaluate_benchmarks(
         descriptor_dtype: ``"float16"`` halves descriptor memory (use ``index="SQfp16"`` to keep it
             half in the index too).
         index, search_params, use_gpu: see :func:`aggzoo.evaluation.retrieval.search`.
+        refine, refine_store, store_dir: two-stage search: ``index`` gives a shortlist of ``refine``
+            candidates, re-scored exactly against descriptors in RAM or (``"disk"``) in a memory-mapped
+            file under ``store_dir`` (default a temporary folder); see
+            :func:`aggzoo.evaluation.retrieval.evaluate_retrieval`.
+        progress: tqdm bars over the extraction (``None``: only when stderr is a terminal).
         whitening: a fitted :class:`PCAWhitening` or the ``.npz`` it was saved to; or fit one here on
             ``whitening_fit`` (folder / paths / benchmark node of *training* images) to ``whitening_dim``.
         rerank: ``True`` for SuperGlobal's defaults, a mapping of :class:`SuperGlobalRerank` arguments,
@@ -186,6 +195,7 @@ def evaluate_benchmarks(
         result = evaluate_retrieval(
             eval_model, retrieval_set, transform, ks=ks, dtype=np.dtype(descriptor_dtype),
             autocast_dtype=autocast_dtype, index=index, search_params=search_params, use_gpu=use_gpu,
+            refine=refine, refine_store=refine_store, store_dir=store_dir, progress=progress,
             whitening=whitening, rerank=reranker, keep_descriptors=save_descriptors, **extract,
         )
         results.append(result)
@@ -203,6 +213,7 @@ def evaluate_benchmarks(
                 plot_retrievals(result, out_dir / f"retrievals_{name}.png", num_queries=grid_queries, k=grid_k)
     if out_dir is not None:
         settings = {"index": index, "search_params": search_params, "descriptor_dtype": descriptor_dtype,
+                    "refine": refine, "refine_store": refine_store if refine is not None else None,
                     "whitening_dim": whitening.out_dim if whitening is not None else None,
                     "rerank": vars(reranker) if reranker is not None else None, "scales": list(scales),
                     "multiscale_reduce": multiscale_reduce,

@@ -7,13 +7,21 @@ positive. Recall@k is over *all* queries; a query without any positive is a miss
 
 Ties in the similarity are broken by the lower database index, so the flat FAISS index (CPU or GPU) and
 the torch fallback return the same ranking.
+
+Large databases: an approximate FAISS index (IVF-PQ, HNSW, binary codes...) can be the first of two
+stages (``refine=M``): it returns a shortlist of ``M`` candidates per query, which the second stage
+re-scores exactly against the full-precision descriptors (:class:`TwoStageIndex`). Those live either in
+RAM inside FAISS's ``IndexRefineFlat`` (``refine_store="ram"``), or on disk in a memory-mapped
+``.npy`` file (``refine_store="disk"``, float16 or float32), so that RAM holds only the codes.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
 from aggzoo.models.modes import evaluating
@@ -31,7 +40,9 @@ except ImportError:  # pragma: no cover - exercised only where faiss is not inst
     faiss = None
 
 __all__ = [
+    "REFINE_STORES",
     "RetrievalResult",
+    "TwoStageIndex",
     "extract_descriptors",
     "search",
     "search_with_scores",
@@ -45,6 +56,8 @@ __all__ = [
 ]
 
 DEFAULT_KS = (1, 5, 10, 20)
+#: Where the second stage of a two-stage search reads the full-precision descriptors.
+REFINE_STORES = ("ram", "disk")
 
 
 def faiss_available() -> bool:
@@ -72,11 +85,15 @@ def extract_descriptors(
     device: torch.device | str | None = None,
     dtype: np.dtype | type = np.float32,
     autocast_dtype: torch.dtype | None = None,
+    out_path: str | Path | None = None,
+    progress: bool | None = None,
+    desc: str = "descriptors",
 ) -> np.ndarray:
     """Global descriptors of images read one batch at a time.
 
     Memory is the ``[N, D]`` output plus one batch: images are never all loaded, and the output is
-    allocated once the first batch reveals ``D``.
+    allocated once the first batch reveals ``D`` (in RAM, or as a memory-mapped ``.npy`` file at
+    ``out_path``, so that a large database never has to fit in RAM).
 
     Args:
         model: ``images [B, 3, H, W] -> [B, D]``. Run in eval mode under ``torch.inference_mode``;
@@ -87,9 +104,13 @@ def extract_descriptors(
             there if needed and moved back afterwards).
         dtype: storage type of the result (``np.float16`` halves the memory of large databases).
         autocast_dtype: ``torch.bfloat16`` / ``torch.float16`` to run the model under autocast.
+        out_path: write the descriptors to this ``.npy`` file, memory-mapped (``np.load(out_path,
+            mmap_mode="r")`` reads it back), instead of an array in RAM.
+        progress: a tqdm bar over the batches; ``None`` shows it only when stderr is a terminal.
+        desc: the bar's label.
 
     Returns:
-        ``[N, D]`` descriptors in ``dtype``, row ``i`` for ``paths[i]``.
+        ``[N, D]`` descriptors in ``dtype``, row ``i`` for ``paths[i]`` (an ``np.memmap`` with ``out_path``).
     """
     home = _model_device(model)
     device = torch.device(device) if device is not None else home
@@ -100,8 +121,8 @@ def extract_descriptors(
     out: np.ndarray | None = None
     model.to(device)
     try:
-        with evaluating(model), torch.inference_mode():
-            for images, indices in loader:
+        with evaluating(model), torch.inference_mode(), progress_bar(loader, progress, desc, unit="batch") as batches:
+            for images, indices in batches:
                 images = images.to(device, non_blocking=True)
                 with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                     descriptors = model(images)
@@ -111,12 +132,16 @@ def extract_descriptors(
                         f"for a batch of {images.shape[0]} images"
                     )
                 if out is None:
-                    out = np.empty((len(paths), descriptors.shape[1]), dtype=dtype)
+                    shape = (len(paths), descriptors.shape[1])
+                    out = (np.empty(shape, dtype=dtype) if out_path is None
+                           else np.lib.format.open_memmap(out_path, mode="w+", dtype=np.dtype(dtype), shape=shape))
                 out[indices.numpy()] = descriptors.float().cpu().numpy().astype(dtype, copy=False)
     finally:
         model.to(home)
     if out is None:
         raise ValueError("no images to extract descriptors from (empty path list)")
+    if isinstance(out, np.memmap):
+        out.flush()
     return out
 
 
@@ -131,6 +156,83 @@ def _chunks(n: int, size: int) -> Sequence[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+class TwoStageIndex:
+    """Two-stage search: an approximate FAISS index returns ``shortlist`` candidates per query, which are
+    re-scored exactly against the full-precision descriptors.
+
+    Built by :func:`build_index` with ``refine=M``; ``search(queries, k) -> (scores, ids)`` like a FAISS
+    index (``M < k`` is raised to ``k``).
+
+    - ``store == "ram"``: ``first`` is FAISS's ``IndexRefineFlat`` around the approximate index; FAISS
+      re-scores against the float32 copy it keeps (``k_factor = M / k``).
+    - ``store == "disk"``: ``first`` is the approximate index alone (only its codes in RAM) and the
+      candidates are re-scored here against ``vectors``, the ``[N, D]`` database as given -- typically
+      an ``np.memmap`` of a float16/float32 ``.npy`` file, read row by row for the shortlists only.
+      ``first`` may then also be a type FAISS builds for L2 only (binary codes: ``"ITQ256,LSHt"``,
+      ``"LSHrt"``; ``"HNSW32_PQ64"``): on L2-normalised descriptors it shortlists as inner product would.
+    """
+
+    def __init__(self, first: Any, shortlist: int, vectors: np.ndarray | None = None) -> None:
+        if shortlist < 1:
+            raise ValueError(f"refine (the shortlist size M) must be >= 1, got {shortlist}")
+        self.first = first
+        self.shortlist = int(shortlist)
+        self.vectors = vectors
+
+    @property
+    def store(self) -> str:
+        return "ram" if self.vectors is None else "disk"
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.first.ntotal)
+
+    def ram_bytes(self) -> int:
+        """Bytes the index holds in RAM: codes, centroids, graph links and (``"ram"`` store) the float32
+        copy; a memory-mapped store's pages are the OS's file cache, not counted."""
+        return int(faiss.serialize_index(self.first).nbytes)
+
+    def shortlists(self, queries: np.ndarray, k: int) -> np.ndarray:
+        """``[Q, max(M, k)]`` candidate ids of the first stage (``-1`` pads)."""
+        m = min(max(self.shortlist, k), self.ntotal)
+        first = faiss.downcast_index(self.first)
+        base = first.base_index if isinstance(first, faiss.IndexRefine) else self.first
+        return base.search(_as_float32(queries), m)[1]
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        queries = _as_float32(queries)
+        m = min(max(self.shortlist, k), self.ntotal)
+        if self.vectors is None:
+            params = faiss.IndexRefineSearchParameters()
+            params.k_factor = (m + 0.5) / k  # FAISS truncates k * k_factor: exactly m candidates
+            return self.first.search(queries, k, params=params)
+        return _rescore(self.vectors, queries, self.first.search(queries, m)[1], k)
+
+
+def _rescore(vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int,
+             chunk_bytes: int = 32 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner products of each query with its candidates' rows of ``vectors`` (read in sorted
+    order, once per chunk of queries), best ``k`` first (ties by index); ``-1`` candidates score -inf."""
+    num_queries, m = candidates.shape
+    scores_out = np.full((num_queries, k), -np.inf, dtype=np.float32)
+    ids_out = np.full((num_queries, k), -1, dtype=np.int64)
+    step = max(1, chunk_bytes // max(1, m * vectors.shape[1] * 4))
+    for part in _chunks(num_queries, step):
+        ids = candidates[part].astype(np.int64, copy=False)
+        valid = ids >= 0
+        rows, inverse = np.unique(np.where(valid, ids, 0), return_inverse=True)
+        gathered = _as_float32(vectors[rows])[inverse.reshape(ids.shape)]  # [q, m, D]
+        scores = np.matmul(gathered, queries[part][:, :, None])[:, :, 0]
+        scores[~valid] = -np.inf
+        ids = np.where(valid, ids, np.iinfo(np.int64).max)
+        order = np.lexsort((ids, -scores), axis=1)[:, :k]
+        take = min(k, m)
+        scores_out[part, :take] = np.take_along_axis(scores, order, axis=1)[:, :take]
+        best = np.take_along_axis(ids, order, axis=1)[:, :take]
+        ids_out[part, :take] = np.where(best == np.iinfo(np.int64).max, -1, best)
+    return scores_out, ids_out
+
+
 def build_index(
     database: np.ndarray,
     *,
@@ -139,24 +241,46 @@ def build_index(
     use_gpu: bool | None = None,
     train_size: int | None = None,
     seed: int = 0,
+    refine: int | None = None,
+    refine_store: str = "ram",
 ) -> Any:
     """A FAISS inner-product index holding ``database`` (trained first when the type needs it).
 
     Args mean what they mean in :func:`search`. Build once and pass the result as ``index=`` to
     :func:`search` to query it several times. Index types without a GPU version (HNSW, flat SQ)
-    stay on the CPU even when ``use_gpu`` asks for the GPU.
+    stay on the CPU even when ``use_gpu`` asks for the GPU; two-stage indexes (``refine``) always do.
+    With ``refine`` the result is a :class:`TwoStageIndex`.
     """
     if faiss is None:
         raise ImportError("build_index needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
-    database = np.asarray(database)
-    cpu_index = faiss.index_factory(database.shape[1], index, faiss.METRIC_INNER_PRODUCT)
-    inner = faiss.downcast_index(cpu_index)
+    if refine is not None and refine_store not in REFINE_STORES:
+        raise ValueError(f"refine_store must be one of {REFINE_STORES}, got {refine_store!r}")
+    if refine is not None and refine < 1:
+        raise ValueError(f"refine (the shortlist size M) must be >= 1, got {refine}")
+    database = np.asarray(database) if not isinstance(database, np.memmap) else database
+    try:
+        base = faiss.index_factory(database.shape[1], index, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as error:
+        if "METRIC_L2" not in str(error):
+            raise
+        base = faiss.index_factory(database.shape[1], index, faiss.METRIC_L2)  # LSH: refused below or shortlists
+    if base.metric_type != faiss.METRIC_INNER_PRODUCT and not (refine is not None and refine_store == "disk"):
+        # Some types (binary LSH/ITQ codes, HNSW over PQ codes) silently build with L2: their scores would
+        # rank backwards. As the first stage of a "disk" two-stage search they are fine: only their
+        # shortlist is used (L2 ranks L2-normalised descriptors as inner product does) and aggzoo re-scores it.
+        raise ValueError(f"FAISS builds {index!r} with the L2 metric only, but aggzoo ranks by inner product; "
+                         "pick a type that supports METRIC_INNER_PRODUCT (Flat, SQfp16, HNSW32, IVF...,PQ..., ...), "
+                         "or use it as the first stage of a two-stage search with refine_store='disk'")
+    inner = faiss.downcast_index(base)
     if getattr(inner, "do_polysemous_training", False):
         # On by default for IVF-PQ, it re-orders PQ codes for Hamming filtering we never use and
         # multiplies training time by ~15 (100 s instead of 6 s for 2k x 64-D).
         inner.do_polysemous_training = False
-    gpu = faiss.get_num_gpus() > 0 if use_gpu is None else use_gpu
-    if gpu and faiss.get_num_gpus() == 0:
+    cpu_index = base
+    if refine is not None and refine_store == "ram":
+        cpu_index = faiss.IndexRefineFlat(base)  # FAISS's Python wrapper keeps `base` referenced
+    gpu = (faiss.get_num_gpus() > 0 if use_gpu is None else use_gpu) and refine is None
+    if use_gpu and faiss.get_num_gpus() == 0:
         raise RuntimeError("use_gpu=True but this faiss build sees no GPU (install faiss-gpu, check CUDA)")
     built = cpu_index
     if gpu:
@@ -175,7 +299,10 @@ def build_index(
         built.add(_as_float32(database[part]))
     if search_params:
         on_gpu = built is not cpu_index
+        # On an IndexRefine, ParameterSpace passes nprobe / efSearch on to the first-stage index.
         (faiss.GpuParameterSpace() if on_gpu else faiss.ParameterSpace()).set_index_parameters(built, search_params)
+    if refine is not None:
+        return TwoStageIndex(built, refine, vectors=database if refine_store == "disk" else None)
     return built
 
 
@@ -186,6 +313,8 @@ def _is_exact(index: Any) -> bool:
     """Exhaustive search (so ties past the k-th result can be ordered by index)?"""
     if isinstance(index, str):
         return index.replace(" ", "") in ("Flat", "SQfp16")
+    if isinstance(index, TwoStageIndex):
+        return False
     return type(faiss.downcast_index(index)).__name__ in _EXACT_INDEX_TYPES
 
 
@@ -235,6 +364,8 @@ def search_with_scores(
     use_gpu: bool | None = None,
     train_size: int | None = None,
     seed: int = 0,
+    refine: int | None = None,
+    refine_store: str = "ram",
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`search` that also returns the ``[Q, k]`` inner products of the results."""
     database, queries = np.asarray(database), np.asarray(queries)
@@ -242,12 +373,13 @@ def search_with_scores(
         raise ValueError(f"database [N, D] and queries [Q, D] must share D; got {database.shape} and {queries.shape}")
     if not 1 <= k <= len(database):
         raise ValueError(f"k must be in [1, {len(database)}] (the database size), got {k}")
-    exact = _is_exact(index)
+    exact = _is_exact(index) and (refine is None or not isinstance(index, str))
     # A few extra candidates let ties straddling the k-th place be ordered by index.
     k_search = min(len(database), k + 8) if exact else k
     if faiss is not None:
         built = index if not isinstance(index, str) else build_index(
-            database, index=index, search_params=search_params, use_gpu=use_gpu, train_size=train_size, seed=seed)
+            database, index=index, search_params=search_params, use_gpu=use_gpu, train_size=train_size, seed=seed,
+            refine=refine, refine_store=refine_store)
         if built.ntotal != len(database):
             raise ValueError(f"the prebuilt index holds {built.ntotal} vectors, the database {len(database)}")
         scores, ids = built.search(_as_float32(queries), k_search)
@@ -269,6 +401,8 @@ def search(
     use_gpu: bool | None = None,
     train_size: int | None = None,
     seed: int = 0,
+    refine: int | None = None,
+    refine_store: str = "ram",
 ) -> np.ndarray:
     """Top-``k`` database rows for each query by inner product, best first.
 
@@ -284,6 +418,12 @@ def search(
         search_params: FAISS ``ParameterSpace`` string, e.g. ``"nprobe=32"`` or ``"efSearch=128"``.
         use_gpu: ``None`` uses a FAISS GPU index when FAISS sees a GPU.
         train_size: database rows sampled (with ``seed``) to train IVF/PQ indexes; default all.
+        refine: two-stage search (:class:`TwoStageIndex`): ``index`` returns a shortlist of ``refine``
+            (``M``) candidates per query, re-scored exactly; the result is the exact top-``k`` of the
+            shortlist. ``None``: one stage.
+        refine_store: where the second stage reads full-precision vectors: ``"ram"`` (FAISS's
+            ``IndexRefineFlat``, a float32 copy) or ``"disk"`` (``database`` itself, e.g. an
+            ``np.memmap`` from :func:`extract_descriptors` with ``out_path``: RAM holds only the codes).
 
     Returns:
         ``[Q, k]`` ``int64`` database indices, most similar first; equal similarities in index order
@@ -293,7 +433,7 @@ def search(
     """
     return search_with_scores(
         database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu,
-        train_size=train_size, seed=seed,
+        train_size=train_size, seed=seed, refine=refine, refine_store=refine_store,
     )[1]
 
 
@@ -412,6 +552,10 @@ def evaluate_retrieval(
     whitening: PCAWhitening | None = None,
     rerank: SuperGlobalRerank | None = None,
     keep_descriptors: bool = False,
+    refine: int | None = None,
+    refine_store: str = "ram",
+    store_dir: str | Path | None = None,
+    progress: bool | None = None,
 ) -> RetrievalResult:
     """Extract database and query descriptors, search, and compute Recall@k.
 
@@ -423,30 +567,64 @@ def evaluate_retrieval(
         rerank: e.g. :class:`~aggzoo.evaluation.postprocess.SuperGlobalRerank`; the search then
             returns at least its ``top_m`` candidates.
         keep_descriptors: store both descriptor matrices in the result (to save or reuse them).
+        refine, refine_store: two-stage search (see :func:`search`). With ``refine_store="disk"`` the
+            database descriptors are written to a memory-mapped ``<name>_database.npy`` (in ``dtype``) under
+            ``store_dir`` (default a temporary folder, removed afterwards) and never held in RAM whole.
+        progress: tqdm bars over the extraction batches (``None``: only on a terminal).
 
     See :func:`extract_descriptors` (``batch_size``, ``num_workers``, ``device``, ``dtype``,
     ``autocast_dtype``) and :func:`search` (``index``, ``search_params``, ``use_gpu``) for the others.
     """
     start = time.perf_counter()
     extract = dict(batch_size=batch_size, num_workers=num_workers, device=device, dtype=dtype,
-                   autocast_dtype=autocast_dtype)
-    database = extract_descriptors(model, retrieval_set.database_paths, transform, **extract)
-    queries = extract_descriptors(model, retrieval_set.query_paths, transform, **extract)
-    if whitening is not None:
-        database, queries = whitening(database), whitening(queries)
-    extracted = time.perf_counter()
-    k = min(max(max(ks), rerank.top_m if rerank is not None else 0), retrieval_set.num_database)
-    predictions = search(database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu)
-    if rerank is not None:
-        predictions = rerank(database, queries, predictions,
-                             device=device if device is not None else _model_device(model))
-    searched = time.perf_counter()
+                   autocast_dtype=autocast_dtype, progress=progress)
+    on_disk = refine is not None and refine_store == "disk"
+    with tempfile.TemporaryDirectory(prefix="aggzoo-store-") as tmp:
+        folder = Path(store_dir if store_dir is not None else tmp)
+        if on_disk:
+            folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{retrieval_set.name}_database.npy" if on_disk else None
+        database = extract_descriptors(model, retrieval_set.database_paths, transform, out_path=path,
+                                       desc=f"{retrieval_set.name} database", **extract)
+        queries = extract_descriptors(model, retrieval_set.query_paths, transform,
+                                      desc=f"{retrieval_set.name} queries", **extract)
+        if whitening is not None:
+            queries = whitening(queries)
+            database = _map_rows(whitening, database, folder / f"{retrieval_set.name}_database_whitened.npy" if on_disk else None)
+        extracted = time.perf_counter()
+        k = min(max(max(ks), rerank.top_m if rerank is not None else 0), retrieval_set.num_database)
+        predictions = search(database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu,
+                             refine=refine, refine_store=refine_store)
+        if rerank is not None:
+            predictions = rerank(database, queries, predictions,
+                                 device=device if device is not None else _model_device(model))
+        searched = time.perf_counter()
+        if keep_descriptors and on_disk and store_dir is None:
+            database = np.array(database)  # the temporary file goes away
+        elif not keep_descriptors:
+            del database
     return result_from_predictions(
-        retrieval_set, predictions, ks, descriptor_dim=database.shape[1],
+        retrieval_set, predictions, ks, descriptor_dim=queries.shape[1],
         extraction_seconds=extracted - start, search_seconds=searched - extracted,
         database_descriptors=database if keep_descriptors else None,
         query_descriptors=queries if keep_descriptors else None,
     )
+
+
+def _map_rows(fn: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, out_path: Path | None,
+              chunk: int = 65536) -> np.ndarray:
+    """``fn`` applied to ``rows`` a chunk at a time, into RAM or a memory-mapped ``.npy`` at ``out_path``."""
+    if out_path is None:
+        return fn(rows)
+    out: np.ndarray | None = None
+    for part in _chunks(len(rows), chunk):
+        mapped = fn(np.asarray(rows[part]))
+        if out is None:
+            out = np.lib.format.open_memmap(out_path, mode="w+", dtype=rows.dtype, shape=(len(rows), mapped.shape[1]))
+        out[part] = mapped
+    assert out is not None
+    out.flush()
+    return out
 
 
 def result_from_predictions(

@@ -478,7 +478,15 @@ def load_into(
         keep_missing_under: key prefixes whose absence from ``state`` is expected (they keep the
             model's current values, e.g. ``("backbone.",)`` for a delta checkpoint).
         what: the checkpoint's name for messages.
+
+    A module with an ``adopt_state_shapes(state, prefix)`` method first reshapes what it can take at
+    another shape (a DINOv2 backbone's position grid, :class:`~aggzoo.models.backbones.timm_backbone.TimmBackbone`),
+    as ``load_state_dict``'s pre-hooks do.
     """
+    for name, module in model.named_modules():
+        adopt = getattr(module, "adopt_state_shapes", None)
+        if callable(adopt):
+            adopt(state, f"{name}." if name else "")
     own = model.state_dict()
     report = LoadReport()
     to_load: dict[str, Tensor] = {}

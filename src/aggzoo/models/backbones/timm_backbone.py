@@ -3,11 +3,20 @@
 The wrapper relies on timm's ``forward_intermediates`` / ``prune_intermediate_layers`` API, so a
 CNN can be cut after any stage (the layers after the deepest requested level are removed, not just
 skipped) and a ViT returns its patch tokens as a map plus its CLS token.
+
+Position embeddings of ViTs (``pos_embed_resample``): timm resizes the stored grid to each input's
+patch grid (bicubic with antialiasing, by output size). ``"dinov2"`` instead keeps whatever grid the
+weights were given at (the official checkpoints' 37 x 37, or the 23 x 23 of a model built for 322 px)
+and resamples it once per input size by DINOv2's rule (:mod:`aggzoo.layers.pos_embed`), so a converted
+DINOv2 model computes the authors' positions at every input size. Loading a state dict whose
+``model.pos_embed`` holds another square grid replaces the parameter by one of that grid (same key):
+the backbone keeps the grid it was given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import timm
@@ -15,10 +24,14 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from aggzoo.layers.pos_embed import resample_grid_dinov2
 from aggzoo.models.data_init import DataInitDeclaring
 from aggzoo.models.features import Features
 
-__all__ = ["TimmBackbone", "OFFLINE_IMAGENET_WEIGHTS"]
+__all__ = ["TimmBackbone", "OFFLINE_IMAGENET_WEIGHTS", "POS_EMBED_RULES"]
+
+#: How a ViT's position grid reaches an input's patch grid: timm's resize, or DINOv2's resampling.
+POS_EMBED_RULES = ("timm", "dinov2")
 
 
 def _load_efficientnet_lite0(model: nn.Module) -> None:
@@ -51,6 +64,9 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
             backward because nothing before them requires grad.
         final_norm: ViTs only: apply the final LayerNorm to the returned tokens (SALAD does, BoQ
             does not).
+        pos_embed_resample: ViTs only: ``"timm"`` (timm's own resize from the built grid) or
+            ``"dinov2"`` (keep the grid of the loaded weights, resample it per input by DINOv2's rule;
+            see the module docstring). The official DINOv2 models of the zoo use ``"dinov2"``.
         **model_kwargs: passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``,
             ``drop_path_rate``, ...).
 
@@ -69,9 +85,12 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
         out_indices: Sequence[int] = (-1,),
         frozen_stages: int = 0,
         final_norm: bool = True,
+        pos_embed_resample: str = "timm",
         **model_kwargs: Any,
     ) -> None:
         super().__init__()
+        if pos_embed_resample not in POS_EMBED_RULES:
+            raise ValueError(f"pos_embed_resample must be one of {POS_EMBED_RULES}, got {pos_embed_resample!r}")
         offline_loader = OFFLINE_IMAGENET_WEIGHTS.get(model_name) if pretrained else None
         model = timm.create_model(
             model_name, pretrained=pretrained and offline_loader is None, num_classes=0, **model_kwargs
@@ -102,6 +121,38 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
         self.feature_info: list[dict[str, Any]] = [dict(all_levels[i]) for i in indices]
         self.pretrained_cfg: dict[str, Any] = dict(model.pretrained_cfg)
         self._frozen_modules = self._freeze(all_levels[:frozen_stages])
+        self.pos_embed_resample = pos_embed_resample
+        if pos_embed_resample == "dinov2":
+            if not self.is_vit or getattr(model, "pos_embed", None) is None:
+                raise ValueError(f"pos_embed_resample='dinov2' needs a ViT with a position embedding, got {model_name!r}")
+            # An instance attribute: timm's forward_intermediates and embed_tokens call model._pos_embed.
+            model._pos_embed = _DINOv2Positions(model, tuple(model.patch_embed.grid_size))
+            self.register_load_state_dict_pre_hook(_adopt_hook)
+
+    @property
+    def pos_embed_grid(self) -> tuple[int, int] | None:
+        """``(rows, cols)`` of the stored position grid with ``pos_embed_resample="dinov2"``, else ``None``."""
+        positions = self.model._pos_embed if self.is_vit else None
+        return positions.grid if isinstance(positions, _DINOv2Positions) else None
+
+    def adopt_state_shapes(self, state: Mapping[str, Tensor], prefix: str = "") -> None:
+        """Before ``state`` is loaded: with ``pos_embed_resample="dinov2"``, make ``model.pos_embed`` the
+        shape of ``state[prefix + "model.pos_embed"]`` when that holds another square grid of the same
+        width (the backbone keeps the grid it is given). Anything else is left to the strict load to report."""
+        positions = self.model._pos_embed if self.is_vit else None
+        if not isinstance(positions, _DINOv2Positions):
+            return
+        incoming = state.get(prefix + "model.pos_embed")
+        current = self.model.pos_embed
+        if incoming is None or tuple(incoming.shape) == tuple(current.shape):
+            return
+        num_prefix = positions.num_prefix
+        side = math.isqrt(max(incoming.shape[1] - num_prefix, 0)) if incoming.ndim == 3 else 0
+        if (incoming.ndim != 3 or incoming.shape[0] != 1 or incoming.shape[2] != current.shape[2]
+                or side == 0 or side * side != incoming.shape[1] - num_prefix):
+            return
+        self.model.pos_embed = nn.Parameter(current.new_empty(incoming.shape), requires_grad=current.requires_grad)
+        positions.grid = (side, side)
 
     @property
     def out_channels(self) -> int:
@@ -182,6 +233,49 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
             return Features(maps=maps, cls=cls)
         maps = self.model.forward_intermediates(x, indices=list(self.out_indices), intermediates_only=True)
         return Features(maps=tuple(maps))
+
+
+class _DINOv2Positions:
+    """Stands in for a timm ``VisionTransformer._pos_embed``: the same tokens (class and register
+    tokens prepended, positions added, ``pos_drop``), with the patch positions resampled from the
+    stored ``grid`` by DINOv2's rule. A plain object holding the ViT, so ``copy.deepcopy`` and pickle
+    rebind it to the copy."""
+
+    def __init__(self, vit: nn.Module, grid: tuple[int, int]) -> None:
+        self.vit = vit
+        self.grid = (int(grid[0]), int(grid[1]))
+
+    @property
+    def num_prefix(self) -> int:
+        """Leading non-patch positions in ``pos_embed`` (0 for timm's ``no_embed_class`` register models)."""
+        return 0 if self.vit.no_embed_class else self.vit.num_prefix_tokens
+
+    def __call__(self, x: Tensor) -> Tensor:
+        vit = self.vit
+        if x.ndim == 4:  # dynamic_img_size: [B, H/p, W/p, C]
+            batch, rows, cols, channels = x.shape
+            x = x.reshape(batch, rows * cols, channels)
+        else:
+            rows, cols = vit.patch_embed.grid_size
+        num_prefix = self.num_prefix
+        pos_embed = vit.pos_embed
+        patches = resample_grid_dinov2(pos_embed[:, num_prefix:], self.grid, (rows, cols))
+        pos = torch.cat([pos_embed[:, :num_prefix], patches], dim=1) if num_prefix else patches
+        pos = pos.to(x.dtype)  # DINOv2 adds positions in the tokens' dtype
+        to_cat = []
+        if vit.cls_token is not None:
+            to_cat.append(vit.cls_token.expand(x.shape[0], -1, -1).to(x.dtype))
+        if vit.reg_token is not None:
+            to_cat.append(vit.reg_token.expand(x.shape[0], -1, -1).to(x.dtype))
+        if vit.no_embed_class:
+            x = torch.cat([*to_cat, x + pos], dim=1)
+        else:
+            x = torch.cat([*to_cat, x], dim=1) + pos
+        return vit.pos_drop(x)
+
+
+def _adopt_hook(module: TimmBackbone, state: Mapping[str, Tensor], prefix: str, *_: Any) -> None:
+    module.adopt_state_shapes(state, prefix)
 
 
 def _bad_index(index: int, num_levels: int) -> int:
