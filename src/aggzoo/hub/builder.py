@@ -43,8 +43,9 @@ _PARTIAL = "_partial_"
 _PARTS = {"backbone": TimmBackbone, "head": Head}
 #: Targets of classes that moved, as checkpoints written before the move name them.
 _MOVED = MappingProxyType({
-    "aggzoo.models.heads." + "multilevel.MultiLevel": "aggzoo.models.heads.afa.AFA",  # AFA(attention=False) is IDA
-    "aggzoo.models.heads." + "image_tokens.ImAgeTokens": "aggzoo.models.heads.image.ImAgeTokens",
+    # MultiLevel(attention=False) was IDA; AFA still takes the attention flag, so both old specs build.
+    "aggzoo.models.heads.multilevel.MultiLevel": "aggzoo.models.heads.afa.AFA",
+    "aggzoo.models.heads.image_tokens.ImAgeTokens": "aggzoo.models.heads.image.ImAgeTokens",
 })
 
 
