@@ -188,8 +188,8 @@ def test_a_browser_submits_a_query_and_sees_the_result_grid(app, search: PlaceSe
         browser.goto(app.local_url)
         browser.wait_for("document.querySelector('#search') !== null")
         # Pick the first example query (Gradio's example table), then press Search.
-        browser.wait_for("document.querySelectorAll('#examples button, #examples tr').length > 0")
-        browser.evaluate("(document.querySelector('#examples button') || document.querySelector('#examples tr')).click()")
+        browser.wait_for("document.querySelector('#examples button.gallery-item') !== null")
+        browser.evaluate("document.querySelector('#examples button.gallery-item').click()")
         browser.wait_for("document.querySelector('#query img') !== null")
         browser.evaluate("document.querySelector('#search').click()")
         count = browser.wait_for("(() => { const imgs = [...document.querySelectorAll('#results img')];"

@@ -217,7 +217,8 @@ def matches_markdown(matches: Sequence[Match], database: PlaceDatabase, query_po
     rows = ["| rank | score | verdict | distance | file |", "|---:|---:|---|---:|---|"]
     for m in matches:
         distance = f"{m.distance_m:.1f} m" if m.distance_m is not None else "-"
-        rows.append(f"| {m.rank} | {m.score:.3f} | {_verdict(m)} | {distance} | `{m.path.name}` |")
+        name = m.path.name if len(m.path.name) <= 40 else m.path.name[:20] + "…" + m.path.name[-19:]
+        rows.append(f"| {m.rank} | {m.score:.3f} | {_verdict(m)} | {distance} | `{name}` |")
     return truth + "\n\n" + "\n".join(rows)
 
 

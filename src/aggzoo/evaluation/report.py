@@ -199,9 +199,10 @@ def retrievals_figure(
     thumb_height: int = 120,
     seed: int = 0,
 ) -> Any:
-    """A matplotlib ``Figure``, laid out, not saved: a grid: one row per query (left, blue frame) with its top-``k`` database images, each framed
-    green when it is a positive and red when not, titled with its rank; the last column shows the
-    query's first positive (dashed frame) and the rank at which it was retrieved.
+    """A matplotlib ``Figure``, laid out, not saved: a grid of one row per query (left, blue frame)
+    with its top-``k`` database images, each framed green when it is a positive and red when not,
+    titled with its rank; the last column shows the query's first positive (dashed frame) and the
+    rank at which it was retrieved.
 
     ``queries`` picks the rows; by default :func:`pick_queries` mixes successes and failures at rank 1.
     """
