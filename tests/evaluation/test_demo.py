@@ -55,7 +55,8 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def search(split: Path) -> PlaceSearch:
     model = create_model(demo.DEFAULT_MODEL, pretrained=True)
-    return PlaceSearch(model, load_place_database(split))
+    # Smaller than the model's 120 x 160 input, for the test's time; the search does not depend on it.
+    return PlaceSearch(model, load_place_database(split), image_size=(64, 96))
 
 
 def _utm(path: Path) -> np.ndarray:
@@ -101,7 +102,7 @@ def test_a_folder_without_utm_names_has_no_ground_truth(search: PlaceSearch, tmp
         shutil.copy(path, tmp_path / "sub" / f"street_{i}.jpg")
     plain = load_place_database(tmp_path)
     assert plain.positions is None and plain.example_queries == () and len(plain.paths) == 4
-    engine = PlaceSearch(search.model, plain)
+    engine = PlaceSearch(search.model, plain, image_size=search.preprocessing["image_size"])
     matches = engine.query(search.database.paths[2], k=3)  # a UTM-named query, but the database has none
     assert matches[0].path.name == "street_2.jpg" and all(m.correct is None and m.distance_m is None for m in matches)
     assert "No ground truth" in matches_markdown(matches, plain, (0.0, 0.0))

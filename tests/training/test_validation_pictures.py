@@ -30,7 +30,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, tiny_data) -> tuple[dict, Path
     out = tmp_path_factory.mktemp("pictures_run")
     logger = f"logger=[{','.join(EXTRA_LOGGERS)}]" if EXTRA_LOGGERS else "logger=default"
     overrides = [o for o in TINY if not o.startswith("logger=")] + [
-        logger, "head=gem", "data.places_per_batch=6", f"trainer.max_epochs={EPOCHS}", "evaluate_baseline=false",
+        logger, "head=gem", "data.places_per_batch=6", f"trainer.max_epochs={EPOCHS}", "trainer.limit_train_batches=2",
+        "evaluate_baseline=false", "benchmark@test_benchmarks=[]",
         f"paths.log_dir={out / 'logs'}"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AGGZOO_DATA", str(tiny_data.root))
