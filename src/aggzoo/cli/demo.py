@@ -162,7 +162,7 @@ def build_app(search: PlaceSearch, *, name: str, k: int = 5, examples: int = 24)
 def launch(app: Any, *, host: str = "127.0.0.1", port: int | None = None, block: bool = True) -> Any:
     """Serve ``app``; ``block=False`` returns at once (``app.local_url``, ``app.close()``), for tests."""
     app.launch(server_name=host, server_port=port, prevent_thread_lock=not block, quiet=not block,
-               allowed_paths=getattr(app, "aggzoo_allowed_paths", None), ssr_mode=False, footer_links=["api"])
+               allowed_paths=getattr(app, "aggzoo_allowed_paths", None), ssr_mode=False)
     return app
 
 
