@@ -31,6 +31,7 @@ __all__ = [
     "ExportError",
     "ImageReadError",
     "ManifestError",
+    "MissingExtraError",
     "NonFiniteError",
     "RunFolderError",
     "PreflightError",
@@ -140,6 +141,10 @@ class ManifestError(UserError, ValueError):
 
 class ExportError(UserError, RuntimeError):
     """The model could not be exported to the requested format, or the export disagrees with it."""
+
+
+class MissingExtraError(UserError, ImportError):
+    """A command needs an optional dependency that is not installed; the message names the extra."""
 
 
 # -- training --------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from aggzoo.evaluation.retrieval import RetrievalResult
 
 __all__ = [
     "format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries",
+    "recall_curves_figure", "retrievals_figure", "figure_rgb",
 ]
 
 
@@ -109,15 +110,25 @@ def _figure(width_in: float, height_in: float) -> Any:
 
 
 def _save_figure(figure: Any, path: str | Path) -> Path:
-    figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
     return path
 
 
+def figure_rgb(figure: Any) -> np.ndarray:
+    """A figure from this module drawn on its Agg canvas: ``uint8 [H, W, 3]`` (what image loggers take)."""
+    figure.canvas.draw()
+    return np.asarray(figure.canvas.buffer_rgba())[..., :3].copy()
+
+
 def plot_recall_curves(results: Sequence[RetrievalResult], path: str | Path, title: str = "Recall@k") -> Path:
     """Recall@k for every k (1..K) per benchmark on one PNG, with the reported cut-offs marked."""
+    return _save_figure(recall_curves_figure(results, title), path)
+
+
+def recall_curves_figure(results: Sequence[RetrievalResult], title: str = "Recall@k") -> Any:
+    """The matplotlib ``Figure`` of :func:`plot_recall_curves` (640 x 440 px), laid out, not saved."""
     figure = _figure(6.4, 4.4)
     axes = figure.add_subplot(1, 1, 1)
     for r in results:
@@ -134,7 +145,8 @@ def plot_recall_curves(results: Sequence[RetrievalResult], path: str | Path, tit
     axes.grid(True, which="both", alpha=0.3)
     axes.set_title(title)
     axes.legend(loc="best", fontsize=8)
-    return _save_figure(figure, path)
+    figure.tight_layout()
+    return figure
 
 
 def _thumbnail(path: Path, height: int) -> np.ndarray:
@@ -173,9 +185,24 @@ def plot_retrievals(
     thumb_height: int = 120,
     seed: int = 0,
 ) -> Path:
-    """A grid: one row per query (left, blue frame) with its top-``k`` database images, each framed
-    green when it is a positive and red when not, titled with its rank; the last column shows the
-    query's first positive (dashed frame) and the rank at which it was retrieved.
+    """:func:`retrievals_figure` saved as a PNG at ``path``."""
+    return _save_figure(retrievals_figure(result, queries=queries, num_queries=num_queries, k=k,
+                                          thumb_height=thumb_height, seed=seed), path)
+
+
+def retrievals_figure(
+    result: RetrievalResult,
+    *,
+    queries: Sequence[int] | None = None,
+    num_queries: int = 6,
+    k: int = 5,
+    thumb_height: int = 120,
+    seed: int = 0,
+) -> Any:
+    """A matplotlib ``Figure``, laid out, not saved: a grid of one row per query (left, blue frame)
+    with its top-``k`` database images, each framed green when it is a positive and red when not,
+    titled with its rank; the last column shows the query's first positive (dashed frame) and the
+    rank at which it was retrieved.
 
     ``queries`` picks the rows; by default :func:`pick_queries` mixes successes and failures at rank 1.
     """
@@ -219,4 +246,5 @@ def plot_retrievals(
             axes.set_title(label, fontsize=8, color=colour)
     figure.suptitle(f"{result.name}: query (blue), top-{k} retrievals (green = positive, red = not), "
                     "first positive (dashed)", fontsize=10)
-    return _save_figure(figure, path)
+    figure.tight_layout()
+    return figure

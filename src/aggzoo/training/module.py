@@ -167,6 +167,9 @@ class VPRLightningModule(L.LightningModule):
         if compile:
             self.model.compile(**(dict(compile) if isinstance(compile, Mapping) else {}))
         self._val_parts: list[list[tuple[Tensor, Tensor]]] = []
+        #: name -> ``[Q, k]`` ranked database rows of the last validation (every set covered whole);
+        #: what :class:`~aggzoo.training.pictures.ValidationPictures` draws.
+        self.val_predictions: dict[str, np.ndarray] = {}
         self._rng_to_restore: Mapping[str, Any] | None = None
 
     def forward(self, images: Tensor) -> Tensor:
@@ -272,6 +275,7 @@ class VPRLightningModule(L.LightningModule):
     # -- validation --------------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
         self._val_parts = [[] for _ in self.val_sets]
+        self.val_predictions = {}
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         images, indices = batch
@@ -318,6 +322,7 @@ class VPRLightningModule(L.LightningModule):
             descriptors = full.cpu().numpy()
             k = min(max(self.recall_ks), num_db)
             predictions = search(descriptors[:num_db], descriptors[num_db:], k)
+            self.val_predictions[name] = predictions
             recalls = recall_at_k(predictions, positives, ks=[k_ for k_ in self.recall_ks if k_ <= num_db])
             for k_, value in recalls.items():
                 self.log(f"val/{name}/R@{k_}", value, prog_bar=(k_ == 1), add_dataloader_idx=False, sync_dist=True)
