@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["GEM_P_LR_MULTIPLIER", "gem", "GeMPool"]
+__all__ = ["GEM_P_LR_MULTIPLIER", "gem", "GeMPool", "regional_gem"]
 
 #: Upstream (filipradenovic/cnnimageretrieval-pytorch) trains GeM's ``p`` at 10x the base learning
 #: rate and without weight decay; heads that hold a learnable GeM declare it with this factor.
@@ -24,6 +25,27 @@ def gem(x: Tensor, p: Tensor | float, eps: float = 1e-6) -> Tensor:
     x = x.float().clamp(min=eps)
     p = p.float() if isinstance(p, Tensor) else float(p)
     return x.pow(p).mean(dim=(-2, -1)).pow(1.0 / p).to(dtype)
+
+
+def regional_gem(x: Tensor, p: float = 2.5, size: int = 5) -> Tensor:
+    """SuperGlobal's regional GeM: every position averaged with the power mean of its window.
+
+    ``x: [B, C, H, W] -> [B, C, H, W]``,
+    ``y = x / 2 + (mean_{j in window(i)} x_j^p)^(1/p) / 2`` over the ``size x size`` window centred on
+    each position, the map reflection-padded by ``size // 2`` (ShihaoShao-GH/SuperGlobal ``rgem``:
+    p = 2.5, size 5, written there as an LP-pool of ``x / (size^2)^(1/p)``, which is this power
+    mean). The power mean reads ``clamp(x, 0)``: identical on the non-negative maps of the authors'
+    ResNet, and defined (instead of NaN) where a backbone gives negative activations. Needs
+    ``H, W > size // 2`` (reflection padding). Computed in fp32, as :func:`gem`.
+    """
+    pad = size // 2
+    if min(x.shape[-2:]) <= pad:
+        raise ValueError(f"regional GeM over {size}x{size} windows needs maps of at least {pad + 1}x{pad + 1} "
+                         f"positions, got {tuple(x.shape[-2:])}: use a larger input or a smaller regional_size")
+    dtype = x.dtype
+    x = x.float()
+    window = F.avg_pool2d(F.pad(x.clamp(min=0).pow(p), (pad, pad, pad, pad), mode="reflect"), size, stride=1)
+    return (0.5 * x + 0.5 * window.pow(1.0 / p)).to(dtype)
 
 
 class GeMPool(nn.Module):
