@@ -229,8 +229,8 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
                 intermediates_only=True,
             )
             maps = tuple(spatial for spatial, _ in outputs)
-            cls = outputs[-1][1][:, 0]
-            return Features(maps=maps, cls=cls)
+            cls_levels = tuple(prefix[:, 0] for _, prefix in outputs)
+            return Features(maps=maps, cls=cls_levels[-1], cls_levels=cls_levels)
         maps = self.model.forward_intermediates(x, indices=list(self.out_indices), intermediates_only=True)
         return Features(maps=tuple(maps))
 
