@@ -59,6 +59,7 @@ INPUTS: dict[str, dict[str, Any]] = {
     "cnn": {"maps": [(1024, 20, 20)], "strides": [16]},
     "cnn-ml": {"maps": [(256, 80, 80), (512, 40, 40), (1024, 20, 20)], "strides": [4, 8, 16]},
     "dinov2": {"maps": [(768, 23, 23)], "strides": [14], "cls": 768, "tokens": (8, 768)},
+    "dinov2-ml": {"maps": [(768, 23, 23)] * 3, "strides": [14] * 3, "cls": 768, "tokens": (8, 768)},
 }
 
 
@@ -70,11 +71,13 @@ def synthetic_features(kind: str, *, batch: int = BATCH, seed: int = 0, requires
     for c, h, w in spec["maps"]:
         x = torch.randn(batch, c, h, w, generator=gen)
         maps.append((x.relu() if kind.startswith("cnn") else x).requires_grad_(requires_grad))
-    cls = torch.randn(batch, spec["cls"], generator=gen).requires_grad_(requires_grad) if "cls" in spec else None
+    cls_levels = None
+    if "cls" in spec:  # a ViT: the CLS of every returned block
+        cls_levels = tuple(torch.randn(batch, spec["cls"], generator=gen).requires_grad_(requires_grad) for _ in maps)
     tokens = None
     if "tokens" in spec:
         tokens = torch.randn(batch, *spec["tokens"], generator=gen).requires_grad_(requires_grad)
-    return Features(maps=tuple(maps), cls=cls, tokens=tokens)
+    return Features(maps=tuple(maps), cls=cls_levels[-1] if cls_levels else None, tokens=tokens, cls_levels=cls_levels)
 
 
 def feature_info(kind: str) -> list[dict[str, Any]]:
@@ -93,7 +96,7 @@ def input_kinds(config: Path) -> list[str]:
     """The inputs of :data:`INPUTS` a head can take, from what its class declares."""
     head_cls: type[Head] = instantiate(OmegaConf.load(config)).func
     if head_cls.needs_cls or head_cls.needs_tokens:
-        return ["dinov2"]
+        return ["dinov2-ml" if head_cls.min_levels > 1 else "dinov2"]
     if head_cls.min_levels > 1:
         return ["cnn-ml"]
     return ["cnn", "dinov2"]
@@ -176,7 +179,7 @@ def call_head(features: Features) -> Callable[[nn.Module], Tensor]:
 
 
 def leaves(features: Features) -> list[Tensor]:
-    return [t for t in (*features.maps, features.cls, features.tokens) if t is not None]
+    return [t for t in (*features.maps, *(features.cls_levels or (features.cls,)), features.tokens) if t is not None]
 
 
 def backbone_forward_ms(repeats: int = 3) -> dict[str, float]:
@@ -194,6 +197,7 @@ def backbone_forward_ms(repeats: int = 3) -> dict[str, float]:
         with torch.no_grad():
             result[kind] = _median_ms(lambda: backbone(images), repeats)
     result["cnn-ml"] = result["cnn"]  # the multi-level maps come from the same forward
+    result["dinov2-ml"] = result["dinov2"]
     return result
 
 
@@ -228,16 +232,16 @@ def run(configs: Sequence[Path], repeats: int, with_backbones: bool) -> list[dic
     return rows
 
 
-HEADER = (f"{'head':<14} {'input':<7} {'D':>6} {'params':>8} {'fwd ms':>8} {'fwd+bwd ms':>10} "
+HEADER = (f"{'head':<14} {'input':<9} {'D':>6} {'params':>8} {'fwd ms':>8} {'fwd+bwd ms':>10} "
           f"{'% bb fwd':>8} {'peak MiB fwd':>12} {'peak MiB f+b':>12}")
 
 
 def _format_row(row: dict[str, Any]) -> str:
     if row.get("error") and "cost" not in row:
-        return f"{row['head']:<14} {'-':<7} not measured: {row['error']}"
+        return f"{row['head']:<14} {'-':<9} not measured: {row['error']}"
     cost: Cost = row["cost"]
     share = f"{100 * cost.forward_ms / row['backbone_ms']:.1f}" if row.get("backbone_ms") else "-"
-    return (f"{row['head']:<14} {row['input']:<7} {row['dim']:>6} {row['params'] / 1e6:>7.2f}M "
+    return (f"{row['head']:<14} {row['input']:<9} {row['dim']:>6} {row['params'] / 1e6:>7.2f}M "
             f"{cost.forward_ms:>8.1f} {cost.train_ms:>10.1f} {share:>8} {cost.forward_mib:>12.1f} {cost.train_mib:>12.1f}")
 
 

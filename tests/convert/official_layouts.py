@@ -119,6 +119,23 @@ def salad_aggregator(prefix: str, *, cluster_dim: int) -> Shapes:
     ])
 
 
+def qaa_aggregator(prefix: str, *, channels: int = DINOV2_DIM, clusters: int = 64, cluster_dim: int = 128,
+                   queries: int = 256) -> Shapes:
+    """gmberton/VPR-methods-evaluation ``vpr_models/qaa.py`` ``QAAAggregator`` at its defaults, with the
+    three tensors its forward never reads (``dust_bin``, ``score.norm2_out.*``)."""
+    out: Shapes = []
+    for name, dim in (("queries_feature", cluster_dim), ("queries_score", channels)):
+        out += [(f"{prefix}{name}.queries", (1, queries, dim))]
+        out += multihead_attention(f"{prefix}{name}.self_attn.", dim)
+        out += [(f"{prefix}{name}.norm_q.weight", (dim,)), (f"{prefix}{name}.norm_q.bias", (dim,))]
+    out += multihead_attention(f"{prefix}score.cross_attn.", channels)
+    out += [(f"{prefix}score.norm_out.weight", (channels,)), (f"{prefix}score.norm_out.bias", (channels,)),
+            (f"{prefix}score.conv.weight", (clusters, channels, 1)), (f"{prefix}score.conv.bias", (clusters,)),
+            (f"{prefix}score.norm2_out.weight", (clusters,)), (f"{prefix}score.norm2_out.bias", (clusters,)),
+            (f"{prefix}dust_bin", ())]
+    return out
+
+
 def boq_aggregator(p: int, in_channels: int, *, queries: int = 64, layers: int = 2, rows: int = 32) -> Shapes:
     """amaralibey/Bag-of-Queries ``src/boq.py`` under ``aggregator.``."""
     shapes = [("proj_c.weight", (p, in_channels, 3, 3)), ("proj_c.bias", (p,)),

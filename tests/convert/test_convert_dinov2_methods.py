@@ -1,4 +1,4 @@
-"""Official DINOv2-based checkpoints (SALAD, MegaLoc, BoQ-DINOv2, ImAge): a file with the upstream
+"""Official DINOv2-based checkpoints (SALAD, MegaLoc, BoQ-DINOv2, ImAge, QAA): a file with the upstream
 key names and shapes loads strictly and every tensor lands where it belongs.
 
 The position embedding keeps the checkpoint's 37 x 37 grid (the backbones resample it per input size
@@ -21,6 +21,7 @@ from official_layouts import (
     edtformer_layout,
     fill,
     prefixed,
+    qaa_aggregator,
     salad_aggregator,
     save,
 )
@@ -67,6 +68,19 @@ def test_megaloc_official(tmp_path: Path) -> None:
     mapping = {k: k.replace("aggregator.", "head.", 1).replace("backbone.", "backbone.model.", 1) for k in upstream}
     transformed = {"backbone.model.pos_embed": upstream["backbone.pos_embed"]}
     assert_placed(model, upstream, mapping, transformed)
+
+
+def test_qaa_official_drops_the_tensors_its_forward_never_reads(tmp_path: Path) -> None:
+    upstream = fill(prefixed("backbone.model.", dinov2_hub(DEPTH)) + qaa_aggregator("aggregator."))
+    path = save(upstream, tmp_path / "model.safetensors")  # Hugging Face xjh19971/QAA-8192
+    model = aggzoo.create_model("qaa_dinov2_vitb14.official", checkpoint_path=path, backbone_kwargs=SMALL_VIT)
+    unused = {"backbone.model.mask_token", "backbone.model.norm.weight", "backbone.model.norm.bias",
+              "aggregator.dust_bin", "aggregator.score.norm2_out.weight", "aggregator.score.norm2_out.bias"}
+    assert unused <= set(upstream) and sum(upstream[k].numel() for k in unused if "aggregator" in k) == 129
+    mapping = {k: None if k in unused else k.replace("aggregator.", "head.") for k in upstream}
+    transformed = {"backbone.model.pos_embed": upstream["backbone.model.pos_embed"]}
+    assert_placed(model, upstream, mapping, transformed)
+    assert model.out_dim == 8192 and not any(k.startswith("backbone.model.norm.") for k in model.state_dict())
 
 
 def test_boq_dinov2_official_drops_the_unused_final_norm(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -41,6 +42,22 @@ def test_gem_is_computed_in_fp32_under_half_inputs() -> None:
     out = gem(x, 3.0)
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
     torch.testing.assert_close(out.float(), torch.full((1, 2), 300.0), rtol=1e-2, atol=0)
+
+
+def test_gem_l2_placement_follows_the_dvgl_benchmark_choices() -> None:
+    # --l2 before_pool: L2 over channels at each position, GeM, no final L2; none: GeM only.
+    x = torch.rand(2, 5, 3, 4, generator=torch.Generator().manual_seed(3)) + 0.05
+    unit = x / x.norm(dim=1, keepdim=True)
+    manual_before = unit.pow(3).mean(dim=(2, 3)).pow(1 / 3)
+    heads = {l2: GeM(5, l2=l2).eval() for l2 in ("after_pool", "before_pool", "none")}
+    with torch.no_grad():
+        out = {l2: head(Features(maps=(x,))) for l2, head in heads.items()}
+    torch.testing.assert_close(out["before_pool"], manual_before, rtol=1e-5, atol=0)
+    torch.testing.assert_close(out["none"], x.pow(3).mean(dim=(2, 3)).pow(1 / 3), rtol=1e-5, atol=0)
+    torch.testing.assert_close(out["after_pool"], F.normalize(out["none"], dim=-1), rtol=1e-5, atol=0)
+    assert (out["before_pool"].norm(dim=1) - 1).abs().min() > 1e-2  # no final L2: the rows are not unit vectors
+    with pytest.raises(ValueError, match="before_pool"):
+        GeM(5, l2="before")
 
 
 def test_netvlad_matches_a_direct_loop_and_is_k_major() -> None:

@@ -1,5 +1,5 @@
-"""GSP: mu = 1 is average pooling, the weights solve the partial transport constraint, closed forms, and
-the prototypes' greedy k-center initialisation."""
+"""GSP: mu = 1 is average pooling, the weights solve the partial transport constraint, closed forms, the
+authors' Lipschitz normalisation in the cost, and the prototypes' greedy k-center initialisation."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from aggzoo.models.features import Features
-from aggzoo.models.heads.gsp import GSP, greedy_k_center, partial_transport_weights
+from aggzoo.models.heads.gsp import GSP, greedy_k_center, lipschitz_normalize, partial_transport_weights
 
 C, D, K = 32, 16, 8
 
@@ -160,4 +160,41 @@ def test_prototypes_from_pooled_embeddings_seeded_by_the_first_k() -> None:
     with pytest.raises(ValueError, match=f"at least {K} images"):
         head.init_from_pooled(embeddings[: K - 1])
     feats = _features()
-    torch.testing.assert_close(head.pooled_embedding(feats), _average_pooling(head, feats))
+    # the memory entries are N-normalised averages (they keep their length where it is below one)
+    average = head.feature_transform(feats.last).mean(dim=(2, 3))
+    torch.testing.assert_close(head.pooled_embedding(feats), average / average.norm(dim=1, keepdim=True).clamp_min(1))
+
+
+def test_lipschitz_normalisation_keeps_short_vectors_and_projects_long_ones() -> None:
+    x = torch.tensor([[0.3, 0.4], [3.0, 4.0], [0.0, 0.0]])
+    torch.testing.assert_close(lipschitz_normalize(x), torch.tensor([[0.3, 0.4], [0.6, 0.8], [0.0, 0.0]]))
+
+
+def test_lipschitz_normalisation_has_the_authors_gradient() -> None:
+    # Their custom backward: dx = (dy - (m * x_hat . dy) m * x_hat) / s, m = [|x| > 1], s = max(|x|, 1).
+    x = torch.tensor([[0.3, -0.2, 0.1], [2.0, -1.0, 3.0]], dtype=torch.float64, requires_grad=True)
+    dy = torch.tensor([[1.0, 2.0, -1.0], [0.5, -2.0, 1.5]], dtype=torch.float64)
+    lipschitz_normalize(x).backward(dy)
+    norm = x.detach().norm(dim=1, keepdim=True)
+    mask = (norm > 1).double()
+    scale = mask * norm + (1 - mask)
+    x_hat = mask * x.detach() / scale
+    expected = (dy - (x_hat * dy).sum(dim=1, keepdim=True) * x_hat) / scale
+    torch.testing.assert_close(x.grad, expected)
+
+
+def test_the_cost_is_the_distance_of_lipschitz_normalised_features_and_prototypes() -> None:
+    # Features and prototypes of norms on both sides of 1, where N differs from F.normalize.
+    head = _head()
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        head.prototypes.copy_(torch.randn(K, D, generator=generator) * torch.linspace(0.2, 2.0, K)[:, None] / D**0.5)
+        z = torch.randn(2, D, 36, generator=generator) * torch.linspace(0.1, 3.0, 36) / D**0.5
+        cost = torch.cdist(lipschitz_normalize(head.prototypes), lipschitz_normalize(z.transpose(1, 2)).contiguous())
+        expected = partial_transport_weights(torch.logsumexp(-head.entropy_weight * cost, dim=1), head.transport_ratio,
+                                             head.num_iters)
+        torch.testing.assert_close(head.pooling_weights(z), expected, atol=1e-5, rtol=0)
+        unit = torch.cdist(F.normalize(head.prototypes, dim=-1), F.normalize(z.transpose(1, 2), dim=-1).contiguous())
+        with_unit = partial_transport_weights(torch.logsumexp(-head.entropy_weight * unit, dim=1), head.transport_ratio,
+                                              head.num_iters)
+        assert (head.pooling_weights(z) - with_unit).abs().max() > 1e-2  # the two normalisations do differ here

@@ -60,8 +60,9 @@ def head_partial(config_path: Path) -> functools.partial:
 def _backbone_for(head_cls: type[Head]) -> tuple[type[TimmBackbone], str, dict[str, Any]]:
     if head_cls.needs_tokens:
         return AggregationTokenViT, "test_vit", {"insert_before_block": 4, "dynamic_img_size": True}
-    if head_cls.needs_cls:
-        return TimmBackbone, "test_vit", {"dynamic_img_size": True}
+    if head_cls.needs_cls:  # a multi-level ViT head reads the deepest blocks
+        levels = {"out_indices": tuple(range(-head_cls.min_levels, 0))} if head_cls.min_levels > 1 else {}
+        return TimmBackbone, "test_vit", {"dynamic_img_size": True, **levels}
     if head_cls.min_levels > 1:
         levels = max(head_cls.min_levels, 3)  # test_resnet has 5 levels; fuse the deepest ones
         return TimmBackbone, "test_resnet", {"out_indices": tuple(range(5 - levels, 5)), "frozen_stages": 0}

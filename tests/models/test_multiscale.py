@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from aggzoo.layers.pooling import regional_gem
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.features import Features
 from aggzoo.models.heads.gemplus import GeMPlus
@@ -15,10 +16,16 @@ from aggzoo.models.vpr_model import VPRModel
 
 def test_gemplus_is_the_fixed_power_mean() -> None:
     x = torch.rand(2, 5, 4, 3, dtype=torch.float64) + 0.01
-    head = GeMPlus(5)
+    head = GeMPlus(5, regional=False)
     assert not any(p.requires_grad for p in head.parameters())
     expected = F.normalize(x.pow(4.6).mean(dim=(2, 3)).pow(1 / 4.6), dim=1)
     torch.testing.assert_close(head(Features((x.float(),))).double(), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_gemplus_by_default_pools_the_regional_gem_map() -> None:
+    x = torch.rand(2, 5, 6, 7) + 0.01
+    expected = F.normalize(regional_gem(x).pow(4.6).mean(dim=(2, 3)).pow(1 / 4.6), dim=1)
+    torch.testing.assert_close(GeMPlus(5)(Features((x,))), expected, atol=1e-6, rtol=1e-5)
 
 
 def test_gemplus_sits_between_mean_and_max() -> None:

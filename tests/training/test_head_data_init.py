@@ -7,7 +7,6 @@ import functools
 
 import lightning.pytorch as L
 import torch
-import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from train_helpers import CONF
@@ -40,13 +39,14 @@ def test_gsp_prototypes_are_greedy_k_centers_of_pooled_training_embeddings(tiny_
     trainer.fit(module, datamodule=data)
     assert trainer.global_step == 0
 
-    # The same images, embedded by hand: 1x1 transform, spatial mean, L2.
+    # The same images, embedded by hand: 1x1 transform, spatial mean, the authors' x / max(|x|, 1).
     model.eval()
     weight = model.head.feature_transform.weight[:, :, 0, 0]  # [D, C]
     with torch.no_grad():
         images = torch.cat([batch for batch, _ in data.feature_sample_dataloader(3 * K, seed=0)])
         fmap = model.backbone(images).last  # [N, C, H, W]
-        embeddings = F.normalize(torch.einsum("dc,nchw->nd", weight, fmap) / fmap[0, 0].numel(), dim=-1)
+        average = torch.einsum("dc,nchw->nd", weight, fmap) / fmap[0, 0].numel()
+        embeddings = average / average.norm(dim=1, keepdim=True).clamp_min(1.0)
     assert embeddings.shape[0] == 3 * K
     expected = greedy_k_center(embeddings[K:], K, seeds=embeddings[:K])
     torch.testing.assert_close(model.head.prototypes.detach(), expected, atol=1e-5, rtol=1e-5)

@@ -108,8 +108,8 @@ class SoftmaxPool2d(nn.Module):
     def forward(self, x: Tensor, logits: Tensor) -> Tensor:
         with torch.autocast(device_type=x.device.type, enabled=False):
             weights = logits.float().flatten(2).softmax(dim=-1)  # [B, 1, HW]
-            context = torch.einsum("bcn,bn->bc", x.float().flatten(2), weights[:, 0])
-        return context[..., None, None].to(x.dtype)
+            context = torch.matmul(x.float().flatten(2), weights.transpose(1, 2))  # [B, C, 1]
+        return context[..., None].to(x.dtype)
 
 
 class ChannelLayerNorm(nn.Module):
@@ -127,9 +127,11 @@ class ChannelLayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        mean = x.mean(dim=1, keepdim=True)
-        var = (x - mean).pow(2).mean(dim=1, keepdim=True)
-        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        # torch's fused layer_norm over the channel axis (moved last): one kernel and one saved
+        # tensor, where mean/var/scale written out keep four activations for backward.
+        channels = x.shape[1]
+        y = F.layer_norm(x.movedim(1, -1), (channels,), self.weight.view(channels), self.bias.view(channels), self.eps)
+        return y.movedim(-1, 1)
 
 
 class GlobalContextBlock(nn.Module):

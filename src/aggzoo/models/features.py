@@ -22,11 +22,15 @@ class Features:
             backbone gives a one-element tuple. ViT patch tokens arrive reshaped to a map.
         cls: the ViT class token ``[B, C]`` of the last level, or ``None`` for CNNs.
         tokens: extra learned tokens ``[B, T, C]`` (ImAge aggregation tokens), or ``None``.
+        cls_levels: the class token of every level of ``maps``, fine -> coarse, each ``[B, C_l]``
+            (``cls_levels[-1]`` is ``cls``), for heads that read the CLS of several blocks; ``None``
+            where the backbone gives one level's CLS only, or none.
     """
 
     maps: tuple[Tensor, ...]
     cls: Tensor | None = None
     tokens: Tensor | None = None
+    cls_levels: tuple[Tensor, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.maps:
@@ -34,6 +38,8 @@ class Features:
         for level, fmap in enumerate(self.maps):
             if fmap.ndim != 4:
                 raise ValueError(f"feature map {level} must be [B, C, H, W], got shape {tuple(fmap.shape)}")
+        if self.cls_levels is not None and len(self.cls_levels) != len(self.maps):
+            raise ValueError(f"cls_levels has {len(self.cls_levels)} entries for {len(self.maps)} feature maps")
 
     @property
     def last(self) -> Tensor:

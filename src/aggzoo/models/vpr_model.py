@@ -17,11 +17,18 @@ def build_head(head_factory: Callable[..., Head], backbone: nn.Module) -> Head:
     ``_partial_: true`` config) with the ``in_channels`` the backbone provides.
 
     The head class decides which channels it needs (:meth:`Head.in_channels_from`), so a YAML file
-    never repeats a channel count.
+    never repeats a channel count. A head that fuses more levels than the backbone returns
+    (:attr:`Head.min_levels`, per instance) is refused here, before any image is seen.
     """
     head_cls = getattr(head_factory, "func", head_factory)
     in_channels = head_cls.in_channels_from(backbone.feature_info)
-    return head_factory(in_channels)
+    head = head_factory(in_channels)
+    levels = len(backbone.feature_info)
+    if levels < head.min_levels:
+        deepest = ", ".join(str(-i) for i in range(head.min_levels, 0, -1))
+        raise ValueError(f"{type(head).__name__} fuses at least {head.min_levels} backbone levels, the backbone returns "
+                         f"{levels}: give it more out_indices (e.g. backbone.out_indices=[{deepest}])")
+    return head
 
 
 class VPRModel(nn.Module):

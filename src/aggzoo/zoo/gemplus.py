@@ -20,5 +20,5 @@ __all__ = ["gemplus_efficientnet_lite0"]
 
 @register_model
 def gemplus_efficientnet_lite0(**kwargs: Any) -> nn.Module:
-    """GeM+ (SuperGlobal, p fixed at 4.6) on EfficientNet-Lite0 (stride 16): 112-D."""
+    """SuperGlobal's GeM+ (regional GeM p 2.5 over 5x5, then GeM p fixed at 4.6) on EfficientNet-Lite0 (stride 16): 112-D."""
     return vpr(EFFICIENTNET_LITE0, head(GeMPlus), **kwargs)

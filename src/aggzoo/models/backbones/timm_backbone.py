@@ -27,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 from aggzoo.layers.pos_embed import resample_grid_dinov2
 from aggzoo.models.data_init import DataInitDeclaring
 from aggzoo.models.features import Features
+from aggzoo.models.generalized_pooling import convert_pooling
 
 __all__ = ["TimmBackbone", "OFFLINE_IMAGENET_WEIGHTS", "POS_EMBED_RULES"]
 
@@ -67,6 +68,9 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
         pos_embed_resample: ViTs only: ``"timm"`` (timm's own resize from the built grid) or
             ``"dinov2"`` (keep the grid of the loaded weights, resample it per input by DINOv2's rule;
             see the module docstring). The official DINOv2 models of the zoo use ``"dinov2"``.
+        pooling: ``"mixed"``, ``"gated"`` or ``"tree"``: replace the network's local max / average
+            pooling layers by generalized pooling (:func:`aggzoo.models.generalized_pooling.convert_pooling`),
+            before the frozen stages are frozen (a frozen stage keeps its converted layer fixed too).
         **model_kwargs: passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``,
             ``drop_path_rate``, ...).
 
@@ -86,6 +90,7 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
         frozen_stages: int = 0,
         final_norm: bool = True,
         pos_embed_resample: str = "timm",
+        pooling: str | None = None,
         **model_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -117,6 +122,9 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
         self.out_indices = tuple(indices)
         self.frozen_stages = frozen_stages
         model.prune_intermediate_layers(list(indices), prune_norm=not (self.is_vit and final_norm), prune_head=True)
+        if pooling is not None:
+            convert_pooling(model, pooling)
+        self.pooling = pooling
         self.model = model
         self.feature_info: list[dict[str, Any]] = [dict(all_levels[i]) for i in indices]
         self.pretrained_cfg: dict[str, Any] = dict(model.pretrained_cfg)
@@ -229,8 +237,8 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
                 intermediates_only=True,
             )
             maps = tuple(spatial for spatial, _ in outputs)
-            cls = outputs[-1][1][:, 0]
-            return Features(maps=maps, cls=cls)
+            cls_levels = tuple(prefix[:, 0] for _, prefix in outputs)
+            return Features(maps=maps, cls=cls_levels[-1], cls_levels=cls_levels)
         maps = self.model.forward_intermediates(x, indices=list(self.out_indices), intermediates_only=True)
         return Features(maps=tuple(maps))
 

@@ -6,9 +6,16 @@ TPAMI 2018, arXiv:1711.02512. Original code: filipradenovic/cnnimageretrieval-py
 ``x: [B, C, H, W] -> (mean_i clamp(x_i, eps)^p)^(1/p) -> L2 -> [B, C]``, p learnable (init 3).
 Upstream trains ``p`` with a 10x learning rate and no weight decay; the head declares it
 (:meth:`GeM.no_weight_decay`, :meth:`GeM.lr_multipliers`) and the optimiser's parameter groups read it.
+
+Where the L2 normalisation goes is an option, named as gmberton/deep-visual-geo-localization-benchmark's
+``--l2`` (MIT): ``after_pool`` (Radenovic et al.; our default), ``before_pool`` (L2 over the channels at
+every position, then GeM, no final L2: that benchmark's default, so the GeM models it trained reproduce)
+and ``none``.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -17,7 +24,10 @@ from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER, GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
-__all__ = ["GeM"]
+__all__ = ["GeM", "L2_PLACEMENTS"]
+
+#: where the L2 normalisation is applied (the benchmark's ``--l2`` choices)
+L2_PLACEMENTS = ("after_pool", "before_pool", "none")
 
 
 class GeM(Head):
@@ -28,18 +38,28 @@ class GeM(Head):
         p: initial exponent (paper: 3). ``p = 1`` is average pooling, ``p -> inf`` max pooling.
         eps: clamp floor that keeps ``x^p`` defined for non-positive activations.
         learn_p: train ``p`` (paper; 10x learning rate, no weight decay) or keep it fixed.
+        l2: ``after_pool`` (paper), ``before_pool`` (L2 over channels per position, no final L2: the
+            dVGL benchmark's default) or ``none``.
 
     Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, C]``.
     """
 
-    def __init__(self, in_channels: int, *, p: float = 3.0, eps: float = 1e-6, learn_p: bool = True) -> None:
+    def __init__(self, in_channels: int, *, p: float = 3.0, eps: float = 1e-6, learn_p: bool = True,
+                 l2: Literal["after_pool", "before_pool", "none"] = "after_pool") -> None:
         super().__init__()
+        if l2 not in L2_PLACEMENTS:
+            raise ValueError(f"GeM l2 must be one of {', '.join(L2_PLACEMENTS)}, got {l2!r}")
         self.in_channels = in_channels
         self.out_dim = in_channels
+        self.l2 = l2
         self.pool = GeMPool(p=p, eps=eps, learn_p=learn_p)
 
     def forward(self, features: Features) -> Tensor:
-        return F.normalize(self.pool(features.last), dim=-1)
+        x = features.last
+        if self.l2 == "before_pool":
+            x = F.normalize(x, dim=1)
+        pooled = self.pool(x)
+        return F.normalize(pooled, dim=-1) if self.l2 == "after_pool" else pooled
 
     def no_weight_decay(self) -> set[str]:
         return {"pool.p"}

@@ -7,7 +7,10 @@ PyTorch port ``pytorch/gsp``); followed for the math and defaults, no code taken
 
 Local features ``z_i = W x_i`` (1x1 conv C -> D, no bias), ``i = 1..n``, each carry mass ``1/n``. A
 fraction ``mu`` of the total mass is moved to ``K`` learned prototypes ``q_k`` with entropic cost
-``c_ki = ||q_k/|q_k| - z_i/|z_i| ||_2`` (kernel ``exp(-gamma c)``); the rest stays as residual mass
+``c_ki = ||N(q_k) - N(z_i)||_2`` (kernel ``exp(-gamma c)``), where ``N(x) = x / max(|x|, 1)`` is the
+authors' Lipschitz-continuous L2 normalisation (their TF ``L2Normalization`` and the PyTorch port's
+``LipschitzL2Normalization``): vectors of norm <= 1 stay as they are, longer ones are projected onto the
+unit sphere, so the cost is continuous at the origin; the rest stays as residual mass
 ``rho_i``. The solution has the closed form ``rho_i = (1/n) / (1 + lambda s_i)`` with
 ``s_i = sum_k exp(-gamma c_ki)`` and a scalar ``lambda`` set by ``sum_i (1/n - rho_i) = mu``, found by
 the authors' fixed-point iteration (run here in the log domain: ``l = log lambda``,
@@ -20,7 +23,7 @@ fractions ``w_i = (1 - n rho_i) / mu = sigmoid(l + log s_i) / mu`` (mean 1), and
 ``mu = 1`` moves all the mass (``lambda -> inf``, every ``w_i = 1``): exactly average pooling of ``z``.
 
 Prototype initialisation from data, as upstream (``data_init = "pooled"``; run by the ``HeadDataInit``
-callback before training): the L2-normalised average-pooled embeddings of about a thousand training
+callback before training): the ``N``-normalised average-pooled embeddings of about a thousand training
 images (upstream's 1024-entry memory) seed a greedy k-center selection (:func:`greedy_k_center`) whose
 ``K`` picks become the prototypes. Upstream fills that memory during its first training steps, while
 the layer outputs plain average pooling; here it is filled by one pass before the first step.
@@ -37,7 +40,7 @@ from torch import Tensor, nn
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
-__all__ = ["GSP", "greedy_k_center", "partial_transport_weights"]
+__all__ = ["GSP", "greedy_k_center", "lipschitz_normalize", "partial_transport_weights"]
 
 
 #: the fixed-point loop stops once a step moves every ``log lambda`` by less than this
@@ -78,6 +81,16 @@ def partial_transport_weights(log_mass: Tensor, transport_ratio: float, num_iter
     slope = (transported * (1 - transported)).mean(dim=-1, keepdim=True).detach().clamp_min(1e-12)
     log_lambda = log_lambda - (transported.mean(dim=-1, keepdim=True) - transport_ratio) / slope
     return torch.sigmoid(log_lambda + log_mass) / transport_ratio
+
+
+def lipschitz_normalize(x: Tensor, dim: int = -1) -> Tensor:
+    """``x / max(|x|, 1)`` along ``dim``: GSP's Lipschitz-continuous L2 normalisation.
+
+    Unlike ``F.normalize``, vectors with norm <= 1 are returned unchanged. Autograd of this expression
+    is the authors' hand-written gradient: the projection's Jacobian where ``|x| > 1``, the identity
+    elsewhere.
+    """
+    return x / torch.linalg.vector_norm(x, dim=dim, keepdim=True).clamp_min(1.0)
 
 
 @torch.no_grad()
@@ -147,21 +160,23 @@ class GSP(Head):
         """``z: [B, D, n]`` -> ``w: [B, n]`` in fp32 (transported fraction of each feature / mu)."""
         with torch.autocast(device_type=embedded.device.type, enabled=False):
             feats = embedded.float()  # [B, D, n]
-            protos = F.normalize(self.prototypes.float(), dim=-1)  # [K, D]
-            # Euclidean distance of the unit vectors q/|q| and z/|z|: sqrt(2 - 2 cos), with the cosine
-            # from one matrix product divided by |z| afterwards ([B, K, n]), so that no normalised
-            # copy of the [B, D, n] features is made (torch.cdist also goes through a matrix product
-            # at these sizes). The floor keeps the square root's gradient finite where a feature
-            # meets a prototype.
-            norms = torch.linalg.vector_norm(feats, dim=1, keepdim=True).clamp_min(1e-12)  # [B, 1, n]
-            cosine = torch.matmul(protos, feats) / norms  # [B, K, n]
-            cost = (2 - 2 * cosine).clamp_min(1e-12).sqrt()
+            protos = lipschitz_normalize(self.prototypes.float())  # [K, D]
+            # Euclidean distance of N(q) and N(z) = z / s, s = max(|z|, 1):
+            # |N(q)|^2 + |z|^2 / s^2 - 2 q.z / s, with q.z from one matrix product scaled per column
+            # afterwards ([B, K, n]), so that no normalised copy of the [B, D, n] features is made
+            # (torch.cdist also goes through a matrix product at these sizes). The floor keeps the
+            # square root's gradient finite where a feature meets a prototype.
+            norms = torch.linalg.vector_norm(feats, dim=1, keepdim=True)  # [B, 1, n]
+            scale = norms.clamp_min(1.0)
+            cross = torch.matmul(protos, feats) / scale  # [B, K, n]
+            proto_sq = protos.square().sum(dim=-1, keepdim=True)  # [K, 1]
+            cost = (proto_sq + (norms / scale).square() - 2 * cross).clamp_min(1e-12).sqrt()
             log_mass = torch.logsumexp(-self.entropy_weight * cost, dim=1)  # [B, n]
             return partial_transport_weights(log_mass, self.transport_ratio, self.num_iters)
 
     def pooled_embedding(self, features: Features) -> Tensor:
-        """``[B, D]``: the L2-normalised average of the embedded features (upstream's memory entries)."""
-        return F.normalize(self.feature_transform(features.last).mean(dim=(-2, -1)).float(), dim=-1)
+        """``[B, D]``: the ``N``-normalised average of the embedded features (upstream's memory entries)."""
+        return lipschitz_normalize(self.feature_transform(features.last).mean(dim=(-2, -1)).float())
 
     @torch.no_grad()
     def init_from_pooled(self, embeddings: Tensor) -> None:
