@@ -32,6 +32,7 @@ __all__ = [
     "ImageReadError",
     "ManifestError",
     "NonFiniteError",
+    "PublishError",
     "RunFolderError",
     "PreflightError",
     "StateDictMismatchError",
@@ -136,6 +137,10 @@ class WeightsUnavailableError(UserError, FileNotFoundError):
 
 class ManifestError(UserError, ValueError):
     """``weights/manifest.json`` is malformed."""
+
+
+class PublishError(UserError, RuntimeError):
+    """The Hugging Face Hub refused an upload (``push_to_hub``): no or wrong token, no write access, a bad name."""
 
 
 class ExportError(UserError, RuntimeError):

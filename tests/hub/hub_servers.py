@@ -8,7 +8,8 @@
   publish (``/api/repos/create``, ``/api/validate-yaml``, the ``preupload`` and ``commit`` endpoints
   of ``HfApi.create_commit``, every file sent inline as base64). Repositories keep their history:
   each commit is a new 40-hex id, and a file is served at ``main`` or at any commit id that holds it.
-  A private repository answers 401 unless the request carries ``Authorization: Bearer <token>``.
+  A private repository, and every write when a token is set, answer 401 unless the request carries
+  ``Authorization: Bearer <token>``.
 
 Nothing here is a mock of aggzoo: the real ``huggingface_hub`` client and torch.hub's downloader
 talk HTTP to these servers. Run as a script to serve a folder of repositories by hand::
@@ -75,6 +76,7 @@ class LocalHub:
     ``(method, path, Authorization header)`` of every request, in order."""
 
     token: str | None = None
+    url: str = ""
     repos: dict[str, _Repo] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
 
@@ -98,6 +100,7 @@ class LocalHub:
     @contextmanager
     def serve(self) -> Iterator[str]:
         with _serving(ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))) as url:
+            self.url = url
             yield url
 
     # -- the handlers ------------------------------------------------------------------------------
@@ -106,8 +109,11 @@ class LocalHub:
         self.requests.append((request.command, request.path, request.headers.get("Authorization")))
         return [unquote(p) for p in urlparse(request.path).path.strip("/").split("/")]
 
+    def _authorised(self, request: BaseHTTPRequestHandler) -> bool:
+        return self.token is None or request.headers.get("Authorization") == f"Bearer {self.token}"
+
     def _allowed(self, request: BaseHTTPRequestHandler, repo: _Repo) -> bool:
-        return not repo.private or request.headers.get("Authorization") == f"Bearer {self.token}"
+        return not repo.private or self._authorised(request)
 
     def _resolve(self, request: BaseHTTPRequestHandler, *, body: bool) -> None:
         parts = self._record(request)
@@ -135,6 +141,9 @@ class LocalHub:
         parts = self._record(request)
         raw = request.rfile.read(int(request.headers.get("Content-Length") or 0))
         base = f"http://127.0.0.1:{request.server.server_address[1]}"
+        if parts != ["api", "validate-yaml"] and not self._authorised(request):
+            # Every write needs the token, as on the Hub (401 on the API: "Invalid username or password").
+            return _send(request, 401, {"error": "Invalid username or password."})
         if parts[:2] == ["api", "repos"] and parts[2:] == ["create"]:
             payload = json.loads(raw)
             repo_id = f"{payload['organization']}/{payload['name']}"

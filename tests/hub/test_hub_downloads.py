@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import huggingface_hub.constants as hf_constants
 import pytest
 import torch
 from hub_helpers import tiny_model
@@ -32,28 +30,6 @@ def weights_bytes(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, dict
     path = tmp_path_factory.mktemp("w") / "tiny.safetensors"
     save_file(state, str(path))
     return path.read_bytes(), state
-
-
-@pytest.fixture
-def online(isolated_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    """The isolated folders, with the network allowed (it only reaches 127.0.0.1 here)."""
-    monkeypatch.delenv("AGGZOO_OFFLINE")
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    return isolated_dirs
-
-
-@pytest.fixture
-def local_hub(online: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHub]:
-    """A local Hugging Face-style endpoint, installed as ``HF_ENDPOINT=<url>`` does (huggingface_hub
-    reads that variable once, at import, into these two constants), and an empty Hugging Face cache."""
-    hub_server = LocalHub(token="hf_test_token")
-    with hub_server.serve() as url:
-        monkeypatch.setattr(hf_constants, "ENDPOINT", url)
-        monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
-        monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
-        hub_server.url = url
-        yield hub_server
 
 
 def _sha(data: bytes) -> str:

@@ -62,6 +62,7 @@ from aggzoo.errors import (
     WeightsUnavailableError,
 )
 from aggzoo.hub.builder import normalise_spec
+from aggzoo.hub.card import CARD_FILE, model_card, read_results_file
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.hub.remap import show_keys, strip_prefix
 
@@ -588,9 +589,15 @@ def save_pretrained(
     *,
     spec: Mapping[str, Any] | None = None,
     pretrained_cfg: PretrainedCfg | None = None,
+    run_summary: str | os.PathLike | None = None,
+    test_results: str | os.PathLike | None = None,
+    license: str | None = None,
+    repo_id: str | None = None,
 ) -> Path:
-    """Write ``model`` as ``<directory>/model.safetensors`` plus ``config.json``, readable back with
-    ``aggzoo.create_model("local-dir:<directory>")``.
+    """Write ``model`` as a Hugging Face model repository folder: ``model.safetensors``, ``config.json``
+    (the spec the one builder reads; never code) and a ``README.md`` model card. It loads back with
+    ``aggzoo.create_model("local-dir:<directory>")``, or ``"hf-hub:<repo>"`` once pushed
+    (:func:`aggzoo.hub.publish.push_to_hub`).
 
     Args:
         model: a :class:`~aggzoo.models.VPRModel`.
@@ -598,6 +605,10 @@ def save_pretrained(
             ..., <kwargs>}}``, the same shape as the Hydra ``conf/backbone`` and ``conf/head`` files.
             Defaults to the spec ``create_model`` recorded on the model (``model.aggzoo_spec``).
         pretrained_cfg: preprocessing and provenance to record (defaults to ``model.pretrained_cfg``).
+        run_summary / test_results: the training run's ``run_summary.json`` / ``test_results.json``
+            (or eval.py's ``results.json``): the card's recipe and results table.
+        license: the card's licence (defaults to the pretrained cfg's).
+        repo_id: ``<owner>/<repo>`` named in the card's loading snippet.
 
     All tensors are saved (the backbone's ``pretrained`` flag is cleared in the saved spec: the
     weights come from the file).
@@ -613,19 +624,24 @@ def save_pretrained(
     spec["backbone"]["pretrained"] = False
     cfg = pretrained_cfg if pretrained_cfg is not None else getattr(model, "pretrained_cfg", None)
     out_dim = getattr(model, "out_dim", None)
+    architecture = getattr(model, "aggzoo_architecture", None)
     config: dict[str, Any] = {
         "format": _CONFIG_FORMAT,
-        "architecture": getattr(model, "aggzoo_architecture", None),
+        "architecture": architecture,
         "spec": spec,
         "out_dim": out_dim,
         "pretrained_cfg": _cfg_for_json(cfg) if cfg is not None else None,
     }
+    card = model_card(spec=spec, architecture=architecture, out_dim=out_dim, cfg=cfg, repo_id=repo_id, license=license,
+                      run_summary=read_results_file(run_summary) if run_summary is not None else None,
+                      test_results=read_results_file(test_results) if test_results is not None else None)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     # Clones: safetensors refuses tensors that share storage, and a state dict may hold views.
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
     save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": _CONFIG_FORMAT, SPEC_KEY: json.dumps(spec)})
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    card.save(directory / CARD_FILE)
     return directory
 
 
