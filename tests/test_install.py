@@ -22,6 +22,8 @@ from pathlib import Path
 import matplotlib
 import pytest
 
+from aggzoo.hub.io import sha256_of, weights_dir
+
 REPO = Path(__file__).resolve().parents[1]
 #: a seconds-sized default job: the tiny synthetic city, a tiny random backbone, one epoch
 TINY = ["synthetic=tiny", "backbone=test_resnet", "head=gem", "data.image_size=[48,64]", "data.eval_image_size=[48,64]",
@@ -72,13 +74,22 @@ def _clean_env(root: Path) -> dict[str, str]:
     return env
 
 
-def test_the_wheel_carries_every_config_and_the_shipped_weights(venv: Path) -> None:
+def test_the_wheel_carries_every_module_config_and_shipped_weight(venv: Path) -> None:
+    """``pip install aggzoo`` (not editable) must find its configs and weights: the package links conf/
+    and weights/ in, package-data puts the files in the wheel, and they are installed byte for byte."""
+    assert weights_dir().resolve() == (REPO / "weights").resolve()  # in a checkout: the repository's folder
     (package,) = (venv / "lib").glob("python*/site-packages/aggzoo")
+    # Every module of the source tree is installed (a folder without __init__.py would be skipped).
+    modules = {p.relative_to(REPO / "src" / "aggzoo").as_posix() for p in (REPO / "src" / "aggzoo").rglob("*.py")}
+    assert modules <= {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
     shipped = sorted(p.relative_to(REPO / "conf").as_posix() for p in (REPO / "conf").rglob("*.yaml"))
     installed = sorted(p.relative_to(package / "conf").as_posix() for p in (package / "conf").rglob("*.yaml"))
     assert installed == shipped and not (package / "conf").is_symlink()
-    manifest = json.loads((package / "weights" / "manifest.json").read_text())
-    assert all((package / "weights" / entry["file"]).is_file() for entry in manifest["entries"])
+    manifest = json.loads((REPO / "weights" / "manifest.json").read_text())
+    files = [entry["file"] for entry in manifest["entries"]]
+    assert files and (package / "weights" / "manifest.json").read_bytes() == (REPO / "weights" / "manifest.json").read_bytes()
+    for name in files:
+        assert sha256_of(package / "weights" / name) == sha256_of(REPO / "weights" / name), name
 
 
 def test_aggzoo_train_runs_the_default_job_from_an_empty_folder(venv: Path, tmp_path: Path) -> None:

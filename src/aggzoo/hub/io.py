@@ -391,6 +391,12 @@ def _hf_download(repo_id: str, filename: str, *, revision: str | None = None) ->
     return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=_offline()))
 
 
+def _hf_reason(error: BaseException) -> str:
+    # Offline, huggingface_hub's own words are about its local_files_only argument, which users never set.
+    return "offline mode is set (AGGZOO_OFFLINE / HF_HUB_OFFLINE), and it is not in the Hugging Face cache" if (
+        _offline()) else _reason(error)
+
+
 #: What huggingface_hub raises when a file cannot be had: HTTP errors (401/403 gated, 404 repository or
 #: file), "not in the cache" (offline or no connection), an invalid repository id, a disk error.
 _HF_ERRORS = (HfHubHTTPError, EntryNotFoundError, HFValidationError, OSError)
@@ -431,7 +437,7 @@ def fetch_weights(cfg: PretrainedCfg) -> Path:
             path = _hf_download(cfg.hf_hub_id, cfg.hf_hub_filename)
         except _HF_ERRORS as error:
             errors.append(_offline_message(cfg.name, cfg.hf_url or cfg.hf_hub_id,
-                                           folder / (hf_name or cfg.hf_hub_filename), cfg.sha256, _reason(error)))
+                                           folder / (hf_name or cfg.hf_hub_filename), cfg.sha256, _hf_reason(error)))
         else:
             # The cache's snapshot entry links to a blob: name the blob, the file to delete if it is wrong.
             _check_sha256(path.resolve(), cfg.sha256)
@@ -690,11 +696,10 @@ def hf_hub_folder(repo: str) -> Path:
         # The snapshot folder is named by the commit the revision resolved to: the weights of that commit.
         _hf_download(repo_id, WEIGHTS_FILE, revision=config.parent.name)
     except _HF_ERRORS as error:
-        urls = "\n".join(f"  Download:  {hf_hub_url(repo_id, name, revision=revision or None)}"
-                         for name in (CONFIG_FILE, WEIGHTS_FILE))
+        files = "".join(f"  Download:  {hf_hub_url(repo_id, name, revision=revision or None)}\n"
+                        f"  Place at:  {manual / name}\n" for name in (CONFIG_FILE, WEIGHTS_FILE))
         raise WeightsUnavailableError(
-            f"hf-hub:{repo} is not in the Hugging Face cache and could not be downloaded ({_reason(error)}).\n"
-            f"{urls}\n  Place at:  {manual}/ (both files)\n"
-            "Then call again; or load any folder holding them with create_model('local-dir:<folder>')."
+            f"hf-hub:{repo} could not be had ({_hf_reason(error)}).\n"
+            f"{files}Then call again; or load any folder holding both with create_model('local-dir:<folder>')."
         ) from None
     return config.parent
