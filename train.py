@@ -1,28 +1,10 @@
-"""Train a VPR model: ``python train.py [backbone=...] [head=...] [data=...] [key=value ...]``."""
+"""Train a VPR model: ``python train.py [backbone=...] [head=...] [data=...] [key=value ...]``.
 
-import os
+A thin wrapper of :mod:`aggzoo.cli.train` (the ``aggzoo-train`` command of an installed aggzoo):
+the same job, on the configs of ``conf/`` (which the package links in as ``aggzoo/conf``).
+"""
 
-import hydra
-from omegaconf import DictConfig
-
-import aggzoo
-import aggzoo.run.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
-from aggzoo.cli.reporting import reported_user_errors
-
-# paths.root_dir (conf/paths/default.yaml): the folder the job is launched from, unless set.
-os.environ.setdefault("AGGZOO_ROOT", os.getcwd())
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    from aggzoo.run.pipeline import train
-    from aggzoo.run.sweep import keep_sweeping
-
-    # A user's mistake prints one 'error: ...' line, exit status 2; in a multirun (-m) a failed job is
-    # recorded and the sweep goes on, then ends with its table (conf/hydra/default.yaml: callbacks).
-    with reported_user_errors(), keep_sweeping():
-        train(cfg)
-
+from aggzoo.cli.train import main
 
 if __name__ == "__main__":
     main()

@@ -7,6 +7,7 @@ Public API (timm / torch.hub style)::
     aggzoo.list_pretrained("*.official")        # weights: <architecture>.<tag>
     model = aggzoo.create_model("netvlad_efficientnet_lite0.nordland_mini", pretrained=True)
     aggzoo.save_pretrained(model, "my_model")   # -> create_model("local-dir:my_model")
+    aggzoo.push_to_hub(model, "me/my_model")    # -> create_model("hf-hub:me/my_model")
     model = aggzoo.load_head("netvlad_efficientnet_lite0.nordland_mini", backbone=my_backbone)
 
 ``import aggzoo`` is light: it imports nothing but this file, and never touches the network. The
@@ -31,6 +32,7 @@ _API = {
     "list_pretrained": "aggzoo.hub.factory",
     "load_head": "aggzoo.hub.factory",
     "save_pretrained": "aggzoo.hub.io",
+    "push_to_hub": "aggzoo.hub.publish",
 }
 
 __all__ = ["__version__", *_API]

@@ -33,6 +33,7 @@ __all__ = [
     "ManifestError",
     "MissingExtraError",
     "NonFiniteError",
+    "PublishError",
     "RunFolderError",
     "PreflightError",
     "StateDictMismatchError",
@@ -137,6 +138,10 @@ class WeightsUnavailableError(UserError, FileNotFoundError):
 
 class ManifestError(UserError, ValueError):
     """``weights/manifest.json`` is malformed."""
+
+
+class PublishError(UserError, RuntimeError):
+    """The Hugging Face Hub refused an upload (``push_to_hub``): no or wrong token, no write access, a bad name."""
 
 
 class ExportError(UserError, RuntimeError):

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import huggingface_hub.constants as hf_constants
 import pytest
 from hub_helpers import TINY_NAME, tiny_model
+from hub_servers import LocalHub
 
 import aggzoo.hub.factory  # noqa: F401  (imports the zoo and the shipped manifest)
 from aggzoo.hub import registry
@@ -36,3 +38,24 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     monkeypatch.setenv("AGGZOO_CACHE", str(cache))
     monkeypatch.setenv("AGGZOO_OFFLINE", "1")
     return {"weights": weights, "cache": cache}
+
+
+@pytest.fixture
+def online(isolated_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """The isolated folders, with the network allowed (it only reaches 127.0.0.1 here)."""
+    monkeypatch.delenv("AGGZOO_OFFLINE")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return isolated_dirs
+
+
+@pytest.fixture
+def local_hub(online: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHub]:
+    """A local Hugging Face-style endpoint, installed as ``HF_ENDPOINT=<url>`` does (huggingface_hub
+    reads that variable once, at import, into these two constants), and an empty Hugging Face cache."""
+    hub_server = LocalHub(token="hf_test_token")
+    with hub_server.serve() as url:
+        monkeypatch.setattr(hf_constants, "ENDPOINT", url)
+        monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+        monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
+        yield hub_server

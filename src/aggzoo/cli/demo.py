@@ -166,8 +166,8 @@ def launch(app: Any, *, host: str = "127.0.0.1", port: int | None = None, block:
     return app
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The demo command (``aggzoo demo ...`` calls this with its arguments)."""
+def main(argv: Sequence[str] | None = None, *, prog: str = "aggzoo demo") -> int:
+    """The demo command (``aggzoo demo ...`` calls this with its arguments; ``prog`` as the other commands)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help", "help") for a in args):
         print(__doc__)

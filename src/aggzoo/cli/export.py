@@ -132,8 +132,8 @@ def export_and_check(
     return ExportResult(path=path, format=fmt, max_abs_diff=diff, seconds=time.perf_counter() - start)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aggzoo.cli.export", description=__doc__.split("\n")[0])
+def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.export") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("name", help="a registered name (<head>_<backbone>[.<tag>]) or local-dir:<folder>")
     parser.add_argument("--format", choices=FORMATS, required=True)
     parser.add_argument("--pretrained", action="store_true", help="load the tag's weights first")

@@ -135,8 +135,8 @@ def _metrics_arg(value: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aggzoo.cli.manifest", description=__doc__.split("\n")[0])
+def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.manifest") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     add = sub.add_parser("add", help="write weights/<name>.safetensors from a checkpoint and update the manifest")
     add.add_argument("name", help="<architecture>.<tag>, e.g. netvlad_efficientnet_lite0.nordland_mini")

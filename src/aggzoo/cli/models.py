@@ -1,5 +1,6 @@
-"""``python -m aggzoo.cli.models [pattern]``: the registered weights as a Markdown table (name,
-descriptor size, input size, source, licence, recorded R@1)."""
+"""``aggzoo models [pattern]``: the registered weights as a Markdown table (name, descriptor size,
+input size, source, licence, recorded R@1); ``aggzoo info <name>``: everything one name's
+:class:`~aggzoo.hub.cfg.PretrainedCfg` records (also ``python -m aggzoo.cli.models [pattern]``)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import argparse
 from collections.abc import Sequence
 
 from aggzoo.cli.reporting import reported_user_errors
-from aggzoo.hub.factory import list_pretrained
+from aggzoo.hub.cfg import PretrainedCfg, split_name
+from aggzoo.hub.factory import list_models, list_pretrained, model_entrypoint
+from aggzoo.hub.registry import get_pretrained_cfg
 
-__all__ = ["main", "pretrained_table"]
+__all__ = ["describe", "info_main", "main", "pretrained_table"]
 
 
 def pretrained_table(pattern: str = "*") -> str:
@@ -24,12 +27,53 @@ def pretrained_table(pattern: str = "*") -> str:
     return "\n".join(rows)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aggzoo.cli.models", description=__doc__.split("\n")[0])
+def describe(name: str) -> str:
+    """What ``name`` is: an ``<architecture>.<tag>``'s PretrainedCfg (paper, licence, code, D, the
+    evaluation protocol -- input size, resize, normalisation --, weight source and sha256, recipe, the
+    recorded results), or an architecture's summary and its tags."""
+    architecture, tag = split_name(name)
+    summary = (model_entrypoint(architecture).__doc__ or architecture).strip().splitlines()[0]
+    if tag is None:
+        tags = list_pretrained(f"{architecture}.*")
+        lines = [f"{architecture}: {summary}", f"  weights: {', '.join(tags) if tags else '(none registered)'}"]
+        return "\n".join(lines + ([f"  aggzoo info {tags[0]} for one of them"] if tags else []))
+    cfg: PretrainedCfg = get_pretrained_cfg(name)
+    rows = [
+        ("architecture", f"{architecture} ({summary})"),
+        ("paper", cfg.paper), ("code", cfg.code), ("licence", cfg.license),
+        ("descriptor D", cfg.out_dim),
+        ("protocol", f"input {cfg.input_size[1]} x {cfg.input_size[2]} (H x W), {cfg.interpolation} resize, "
+                     f"mean {list(cfg.mean)}, std {list(cfg.std)}"),
+        ("weights", cfg.source), ("sha256", cfg.sha256 or "(not pinned)"),
+        ("contents", cfg.contents), ("key remap", cfg.remap_name),
+        ("model kwargs", dict(cfg.model_kwargs) or None),
+        ("recipe", cfg.recipe), ("notes", cfg.notes),
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [cfg.name] + [f"  {label.ljust(width)}  {value}" for label, value in rows if value not in (None, "")]
+    if cfg.metrics:
+        lines += ["  results (percent, as published or measured by the recipe):"]
+        lines += [f"    {key}: {value:g}" for key, value in cfg.metrics.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.models") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("pattern", nargs="?", default="*", help="glob over <architecture>.<tag> names (default: all)")
+    parser.add_argument("--architectures", action="store_true",
+                        help="list the registered architectures (<head>_<backbone>) instead of the weights")
     args = parser.parse_args(argv)
     with reported_user_errors():  # a broken shipped-weights manifest
-        print(pretrained_table(args.pattern))
+        print("\n".join(list_models(args.pattern)) if args.architectures else pretrained_table(args.pattern))
+    return 0
+
+
+def info_main(argv: Sequence[str] | None = None, prog: str = "aggzoo info") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=describe.__doc__.split("\n")[0])
+    parser.add_argument("name", help="<architecture>.<tag> (weights) or <architecture>; see `aggzoo models`")
+    args = parser.parse_args(argv)
+    with reported_user_errors():  # an unknown name: one line with the closest names
+        print(describe(args.name))
     return 0
 
 

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 import torch
+from huggingface_hub import hf_hub_url
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 __all__ = ["PretrainedCfg", "RemapFn", "split_name"]
@@ -112,9 +113,11 @@ class PretrainedCfg:
 
     @property
     def hf_url(self) -> str | None:
-        if self.hf_hub_id is None:
+        """The file's URL on the Hub (``HF_ENDPOINT`` applies), for messages; downloads go through
+        huggingface_hub (:func:`aggzoo.hub.io.fetch_weights`)."""
+        if self.hf_hub_id is None or self.hf_hub_filename is None:
             return None
-        return f"https://huggingface.co/{self.hf_hub_id}/resolve/main/{self.hf_hub_filename}"
+        return hf_hub_url(self.hf_hub_id, self.hf_hub_filename)
 
     @property
     def has_weights(self) -> bool:

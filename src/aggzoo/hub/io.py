@@ -20,9 +20,13 @@ Where files live:
 - ``weights/`` (or ``$AGGZOO_WEIGHTS_DIR``): weights shipped with aggzoo, listed in
   ``weights/manifest.json``; the package reaches it as ``aggzoo/weights`` (a link in a checkout, a
   copy inside an installed wheel).
-- ``$AGGZOO_CACHE`` (default ``$XDG_CACHE_HOME/aggzoo`` or ``~/.cache/aggzoo``): downloads, one
-  folder per model name. On an offline machine (or with ``AGGZOO_OFFLINE=1``) nothing is
-  downloaded; the error names the URL and the exact path to place the file at.
+- ``$AGGZOO_CACHE`` (default ``$XDG_CACHE_HOME/aggzoo`` or ``~/.cache/aggzoo``): plain-URL downloads, one
+  folder per model name, and the place for a file copied by hand.
+- The Hugging Face cache (``HF_HUB_CACHE``, default ``~/.cache/huggingface/hub``): Hugging Face
+  sources, shared with every other tool that uses ``huggingface_hub``.
+
+On an offline machine (or with ``AGGZOO_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``) nothing is downloaded
+(the Hugging Face cache is still read); the error names the URL and the exact path to place the file at.
 """
 
 from __future__ import annotations
@@ -31,11 +35,9 @@ import hashlib
 import json
 import os
 import pickle
-import shutil
-import tempfile
+import re
 import urllib.error
 import urllib.parse
-import urllib.request
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,6 +46,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from huggingface_hub import hf_hub_download, hf_hub_url
+from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, HFValidationError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
@@ -58,6 +62,7 @@ from aggzoo.errors import (
     WeightsUnavailableError,
 )
 from aggzoo.hub.builder import normalise_spec
+from aggzoo.hub.card import CARD_FILE, model_card, read_results_file
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.hub.remap import show_keys, strip_prefix
 
@@ -89,7 +94,6 @@ _CONFIG_FORMAT = "aggzoo.save_pretrained/1"
 #: model, and where save_pretrained's safetensors metadata does.
 SPEC_KEY = "aggzoo_model_config"
 _OFFLINE_ENV = ("AGGZOO_OFFLINE", "HF_HUB_OFFLINE")
-_DOWNLOAD_TIMEOUT_S = 60.0
 
 
 # -- Locations -------------------------------------------------------------------------------------
@@ -330,29 +334,41 @@ def read_checkpoint(path: str | os.PathLike, *, sha256: str | None = None) -> Ch
 
 
 # -- Downloading into the cache --------------------------------------------------------------------
+#
+# The hub clients do the transfers: huggingface_hub for Hugging Face sources (its cache under
+# HF_HUB_CACHE, shared with every other tool; HF_TOKEN; HF_ENDPOINT mirrors; resumable downloads)
+# and torch.hub's helper for plain URLs (a progress bar on stderr; written to a ``.partial`` file
+# beside the target and moved into place only when complete). What stays ours: the sha256 pin
+# checked on every use, and the offline message that says which file to place where.
 
 
 def download(url: str, destination: Path, *, sha256: str | None, name: str) -> Path:
-    """Download ``url`` to ``destination`` (atomically), checking ``sha256`` before the file is kept."""
+    """Download ``url`` to ``destination`` with :func:`torch.hub.download_url_to_file`. With ``sha256``
+    pinned, a file with another digest is never moved into place (:class:`ChecksumMismatchError`)."""
     if _offline():
         raise WeightsUnavailableError(_offline_message(name, url, destination, sha256, "offline mode is set"))
     destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(dir=destination.parent, prefix=destination.name + ".", suffix=".part")
-    tmp = Path(tmp_name)
     try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=_DOWNLOAD_TIMEOUT_S) as response:
-            shutil.copyfileobj(response, out)
-        _check_sha256(tmp, sha256)
-        os.replace(tmp, destination)
-    except (urllib.error.URLError, OSError) as error:
-        tmp.unlink(missing_ok=True)
-        if isinstance(error, WeightsUnavailableError):
+        torch.hub.download_url_to_file(url, str(destination), hash_prefix=sha256, progress=True)
+    except RuntimeError as error:
+        if sha256 is None or "invalid hash value" not in str(error):
             raise
-        raise WeightsUnavailableError(_offline_message(name, url, destination, sha256, str(error))) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        got = re.search(r'got "([0-9a-f]{64})"', str(error))
+        raise ChecksumMismatchError(
+            f"{url} downloaded with sha256 {got.group(1) if got else '(another digest)'}, expected {sha256}: it is "
+            f"not the published file (or the transfer was corrupted), so it was not kept at {destination}."
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as error:  # ValueError: not a URL urllib can open
+        raise WeightsUnavailableError(_offline_message(name, url, destination, sha256, _reason(error))) from None
     return destination
+
+
+def _reason(error: BaseException) -> str:
+    """One short clause for an error of a transfer (the hub clients' messages run over several lines)."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code} {error.reason}"
+    text = str(getattr(error, "reason", None) or error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:300]}" if text else type(error).__name__
 
 
 def _offline_message(name: str, url: str, destination: Path, sha256: str | None, reason: str) -> str:
@@ -369,9 +385,27 @@ def _url_filename(url: str) -> str:
     return Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name or "weights.bin"
 
 
+def _hf_download(repo_id: str, filename: str, *, revision: str | None = None) -> Path:
+    """``filename`` of the Hugging Face repository ``repo_id`` through :func:`huggingface_hub.hf_hub_download`:
+    its cache first, else a download (none when offline). Raises the hub client's own errors."""
+    return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=_offline()))
+
+
+def _hf_reason(error: BaseException) -> str:
+    # Offline, huggingface_hub's own words are about its local_files_only argument, which users never set.
+    return "offline mode is set (AGGZOO_OFFLINE / HF_HUB_OFFLINE), and it is not in the Hugging Face cache" if (
+        _offline()) else _reason(error)
+
+
+#: What huggingface_hub raises when a file cannot be had: HTTP errors (401/403 gated, 404 repository or
+#: file), "not in the cache" (offline or no connection), an invalid repository id, a disk error.
+_HF_ERRORS = (HfHubHTTPError, EntryNotFoundError, HFValidationError, OSError)
+
+
 def fetch_weights(cfg: PretrainedCfg) -> Path:
-    """A local path holding the weights of ``cfg``: the shipped file, the cached download, or a
-    fresh download (Hugging Face Hub first, then the URL). The sha256 is checked on every use."""
+    """A local path holding the weights of ``cfg``: the shipped file, a file placed by hand in the
+    cache folder, the Hugging Face cache (or a fresh download into it), then the URL (cached in
+    ``cache_dir()/<name>``). The sha256 is checked on every use."""
     if cfg.file is not None:
         path = weights_dir() / cfg.file
         if not path.is_file():
@@ -383,29 +417,41 @@ def fetch_weights(cfg: PretrainedCfg) -> Path:
         _check_sha256(path, cfg.sha256)
         return path
     folder = cache_dir() / cfg.name
-    # (url, file name in the cache); one cache folder per model name, so names never collide.
-    sources = [(url, cfg.filename or filename or _url_filename(url))
-               for url, filename in ((cfg.hf_url, cfg.hf_hub_filename), (cfg.url, None)) if url is not None]
-    manual = cfg.filename or (sources[0][1] if sources else None)
-    candidates = [name for _, name in sources] + ([manual] if cfg.download_page and manual else [])
-    for filename in dict.fromkeys(candidates):
+    # One cache folder per model name, so file names never collide; cfg.filename renames every source.
+    hf_name = cfg.filename or cfg.hf_hub_filename
+    url_name = cfg.filename or (_url_filename(cfg.url) if cfg.url is not None else None)
+    placed = [n for n in dict.fromkeys((hf_name, url_name, cfg.filename)) if n is not None]
+    manual = placed[0] if placed else None
+    # A file placed by hand (the offline message's "Place at") wins over every download.
+    for filename in placed:
         cached = folder / filename
         if cached.is_file():
             _check_sha256(cached, cfg.sha256)
             _warn_unpinned(cfg, cached)
             return cached
-    if not sources and cfg.download_page is None:
+    if not cfg.has_weights:
         raise WeightsUnavailableError(f"{cfg.name} has no weights source (file, url, hf_hub_id or download_page)")
     errors: list[str] = []
-    for url, filename in sources:
+    if cfg.hf_hub_id is not None and cfg.hf_hub_filename is not None:
         try:
-            path = download(url, folder / filename, sha256=cfg.sha256, name=cfg.name)
+            path = _hf_download(cfg.hf_hub_id, cfg.hf_hub_filename)
+        except _HF_ERRORS as error:
+            errors.append(_offline_message(cfg.name, cfg.hf_url or cfg.hf_hub_id,
+                                           folder / (hf_name or cfg.hf_hub_filename), cfg.sha256, _hf_reason(error)))
+        else:
+            # The cache's snapshot entry links to a blob: name the blob, the file to delete if it is wrong.
+            _check_sha256(path.resolve(), cfg.sha256)
+            _warn_unpinned(cfg, path)
+            return path
+    if cfg.url is not None and url_name is not None:
+        try:
+            path = download(cfg.url, folder / url_name, sha256=cfg.sha256, name=cfg.name)
         except WeightsUnavailableError as error:
             errors.append(str(error))
-            continue
-        _warn_unpinned(cfg, path)
-        return path
-    if cfg.download_page is not None:
+        else:
+            _warn_unpinned(cfg, path)
+            return path
+    if cfg.download_page is not None and manual is not None:
         pin = f" (sha256 {cfg.sha256})" if cfg.sha256 else ""
         errors.append(
             f"weights for {cfg.name} cannot be downloaded by a program.\n"
@@ -549,9 +595,15 @@ def save_pretrained(
     *,
     spec: Mapping[str, Any] | None = None,
     pretrained_cfg: PretrainedCfg | None = None,
+    run_summary: str | os.PathLike | None = None,
+    test_results: str | os.PathLike | None = None,
+    license: str | None = None,
+    repo_id: str | None = None,
 ) -> Path:
-    """Write ``model`` as ``<directory>/model.safetensors`` plus ``config.json``, readable back with
-    ``aggzoo.create_model("local-dir:<directory>")``.
+    """Write ``model`` as a Hugging Face model repository folder: ``model.safetensors``, ``config.json``
+    (the spec the one builder reads; never code) and a ``README.md`` model card. It loads back with
+    ``aggzoo.create_model("local-dir:<directory>")``, or ``"hf-hub:<repo>"`` once pushed
+    (:func:`aggzoo.hub.publish.push_to_hub`).
 
     Args:
         model: a :class:`~aggzoo.models.VPRModel`.
@@ -559,6 +611,10 @@ def save_pretrained(
             ..., <kwargs>}}``, the same shape as the Hydra ``conf/backbone`` and ``conf/head`` files.
             Defaults to the spec ``create_model`` recorded on the model (``model.aggzoo_spec``).
         pretrained_cfg: preprocessing and provenance to record (defaults to ``model.pretrained_cfg``).
+        run_summary / test_results: the training run's ``run_summary.json`` / ``test_results.json``
+            (or eval.py's ``results.json``): the card's recipe and results table.
+        license: the card's licence (defaults to the pretrained cfg's).
+        repo_id: ``<owner>/<repo>`` named in the card's loading snippet.
 
     All tensors are saved (the backbone's ``pretrained`` flag is cleared in the saved spec: the
     weights come from the file).
@@ -574,19 +630,24 @@ def save_pretrained(
     spec["backbone"]["pretrained"] = False
     cfg = pretrained_cfg if pretrained_cfg is not None else getattr(model, "pretrained_cfg", None)
     out_dim = getattr(model, "out_dim", None)
+    architecture = getattr(model, "aggzoo_architecture", None)
     config: dict[str, Any] = {
         "format": _CONFIG_FORMAT,
-        "architecture": getattr(model, "aggzoo_architecture", None),
+        "architecture": architecture,
         "spec": spec,
         "out_dim": out_dim,
         "pretrained_cfg": _cfg_for_json(cfg) if cfg is not None else None,
     }
+    card = model_card(spec=spec, architecture=architecture, out_dim=out_dim, cfg=cfg, repo_id=repo_id, license=license,
+                      run_summary=read_results_file(run_summary) if run_summary is not None else None,
+                      test_results=read_results_file(test_results) if test_results is not None else None)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     # Clones: safetensors refuses tensors that share storage, and a state dict may hold views.
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
     save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": _CONFIG_FORMAT, SPEC_KEY: json.dumps(spec)})
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    card.save(directory / CARD_FILE)
     return directory
 
 
@@ -620,14 +681,25 @@ def read_local_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], Path]:
 
 
 def hf_hub_folder(repo: str) -> Path:
-    """Download (once) a save_pretrained folder from the Hugging Face Hub into the cache."""
-    repo = repo.strip("/")
-    if repo.count("/") != 1:
-        raise ConfigError(f"hf-hub names read 'hf-hub:<owner>/<repo>', got {repo!r}")
-    folder = cache_dir() / "hf-hub" / repo.replace("/", "--")
-    for filename in (CONFIG_FILE, WEIGHTS_FILE):
-        target = folder / filename
-        if not target.is_file():
-            url = f"https://huggingface.co/{repo}/resolve/main/{filename}"
-            download(url, target, sha256=None, name=f"hf-hub:{repo}")
-    return folder
+    """A save_pretrained folder of the Hugging Face Hub (``<owner>/<repo>[@<revision>]``), from the
+    Hugging Face cache or downloaded into it with :func:`huggingface_hub.hf_hub_download` (``HF_TOKEN``,
+    ``HF_ENDPOINT`` and ``HF_HUB_CACHE`` apply). Both files come from one commit. A copy placed by hand
+    in ``cache_dir()/hf-hub/<owner>--<repo>`` (the offline message's place) is used first."""
+    repo_id, _, revision = repo.strip().strip("/").partition("@")
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ConfigError(f"hf-hub names read 'hf-hub:<owner>/<repo>[@<revision>]', got {repo!r}")
+    manual = cache_dir() / "hf-hub" / repo_id.replace("/", "--")
+    if all((manual / name).is_file() for name in (CONFIG_FILE, WEIGHTS_FILE)):
+        return manual
+    try:
+        config = _hf_download(repo_id, CONFIG_FILE, revision=revision or None)
+        # The snapshot folder is named by the commit the revision resolved to: the weights of that commit.
+        _hf_download(repo_id, WEIGHTS_FILE, revision=config.parent.name)
+    except _HF_ERRORS as error:
+        files = "".join(f"  Download:  {hf_hub_url(repo_id, name, revision=revision or None)}\n"
+                        f"  Place at:  {manual / name}\n" for name in (CONFIG_FILE, WEIGHTS_FILE))
+        raise WeightsUnavailableError(
+            f"hf-hub:{repo} could not be had ({_hf_reason(error)}).\n"
+            f"{files}Then call again; or load any folder holding both with create_model('local-dir:<folder>')."
+        ) from None
+    return config.parent

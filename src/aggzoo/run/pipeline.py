@@ -374,6 +374,13 @@ def _model_to_evaluate(ckpt_path: str, train_runs: Path) -> str:
     return str(path)
 
 
+def model_to_evaluate(ckpt_path: str, train_runs: Path) -> torch.nn.Module:
+    """The model ``eval.py ckpt_path=`` names (:func:`_model_to_evaluate`), with its weights: a registered
+    name loads its pretrained weights (``create_model`` alone would build it untrained)."""
+    name = _model_to_evaluate(ckpt_path, train_runs)
+    return create_model(name, pretrained=is_model(name))
+
+
 def untrained_note(model: torch.nn.Module) -> str:
     """What eval.py says when it is given no ``ckpt_path``: the model it evaluates is untrained."""
     head = type(getattr(model, "head", model)).__name__
@@ -394,7 +401,7 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     check_config(cfg, "eval")
     if cfg.get("ckpt_path"):
         # The one reader and builder: nothing in the file chooses code to run.
-        model = create_model(_model_to_evaluate(str(cfg.ckpt_path), Path(cfg.paths.log_dir) / "train"))
+        model = model_to_evaluate(str(cfg.ckpt_path), Path(cfg.paths.log_dir) / "train")
     else:
         model = build_model_checked(model_spec(cfg))
         print(untrained_note(model))

@@ -1,0 +1,36 @@
+"""``aggzoo-train [group=option ...] [key=value ...]``: the training job (``python train.py`` in a checkout).
+
+The configs are the package's own (``aggzoo/conf``: a link to the checkout's ``conf/``, a copy in an
+installed wheel), so the command runs from any folder: its run folders go under ``./logs`` of the
+folder it is launched from (``paths.root_dir``), and the synthetic city is generated once into the
+user cache (``~/.cache/aggzoo``, or ``$AGGZOO_DATA``).
+"""
+
+import os
+
+import hydra
+from omegaconf import DictConfig
+
+import aggzoo.run.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
+from aggzoo.cli import CONFIG_DIR
+from aggzoo.cli.reporting import reported_user_errors
+
+__all__ = ["main"]
+
+# paths.root_dir (conf/paths/default.yaml): the folder the job is launched from, unless set.
+os.environ.setdefault("AGGZOO_ROOT", os.getcwd())
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def main(cfg: DictConfig) -> None:
+    from aggzoo.run.pipeline import train
+    from aggzoo.run.sweep import keep_sweeping
+
+    # A user's mistake prints one 'error: ...' line, exit status 2; in a multirun (-m) a failed job is
+    # recorded and the sweep goes on, then ends with its table (conf/hydra/default.yaml: callbacks).
+    with reported_user_errors(), keep_sweeping():
+        train(cfg)
+
+
+if __name__ == "__main__":
+    main()
