@@ -170,8 +170,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "aggzoo demo") -> int
     """The demo command (``aggzoo demo ...`` calls this with its arguments; ``prog`` as the other commands)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help", "help") for a in args):
-        print(__doc__)
-        return 0
+        print(f"usage: {prog} [key=value ...]\n\n{__doc__}")
+        raise SystemExit(0)  # as argparse's --help of the other commands
     with reported_user_errors():
         options = parse_options(args)
         _gradio()  # before minutes of indexing, say that the extra is missing
