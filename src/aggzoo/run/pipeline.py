@@ -45,6 +45,7 @@ from aggzoo.run.run_folder import unwritable_folder_message
 from aggzoo.training.callbacks import UntrainedBaseline
 from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
 from aggzoo.training.datamodule import VPRDataModule
+from aggzoo.training.interrupt import StoppedByCtrlC
 from aggzoo.training.module import VPRLightningModule
 from aggzoo.training.timing import StepTimer
 
@@ -255,15 +256,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
-    except SIGTERMException:
-        # GracefulInterrupt has saved the checkpoint; report it, then exit as a terminated process does.
+    except (SIGTERMException, StoppedByCtrlC) as stop:
+        # GracefulInterrupt has saved the checkpoint; report it, then exit as a signalled process does.
         after_training(trainer, image_policy)
-        raise SystemExit(128 + signal.SIGTERM) from None
+        raise SystemExit(128 + (signal.SIGTERM if isinstance(stop, SIGTERMException) else signal.SIGINT)) from None
     best = _best_checkpoint(trainer)
     results: dict[str, Any] = {"best_checkpoint": str(best) if best else None, "trainer": trainer}
     results.update(after_training(trainer, image_policy))  # skipped images; a Ctrl-C stop skips the tests
-    if "interrupted" in results:
-        return results
+    if "interrupted" in results:  # Ctrl-C in an epoch's last step: stopped at its end, saved
+        raise SystemExit(128 + signal.SIGINT)
     if not trainer.is_global_zero:  # rank 0 alone evaluates the test sets and writes the results
         return results
     if best is not None:
