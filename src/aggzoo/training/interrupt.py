@@ -9,11 +9,13 @@ in ``teardown`` after a normal end). DataLoader worker processes, which receive 
 SIGINT too, exit, so the loader fails on its next batch.
 
 :class:`GracefulInterrupt` replaces that with a flag: the first Ctrl-C (SIGINT) is noted; at the end
-of the current training step the full training state is saved and :class:`StoppedByCtrlC` is raised
-(a ``SystemExit`` with status 130 = 128 + SIGINT), before Lightning's end-of-step work. Merely
-setting ``trainer.should_stop`` would not do: Lightning then validates the *partial* epoch,
-``ModelCheckpoint`` saves it as a top-k checkpoint (deleting the best one of the completed epochs)
-and writes it as ``last.ckpt`` marked as a finished epoch, so a resume skips the rest of that epoch.
+of the current training step the full training state is saved (where ``ModelCheckpoint`` saves
+every n steps), Lightning finishes that step's bookkeeping (scheduler step, logged metrics) and
+:class:`StoppedByCtrlC` is raised as the next step begins (a ``SystemExit`` with status 130 = 128 +
+SIGINT). ``trainer.should_stop`` is not used for this: Lightning would then validate the *partial*
+epoch, ``ModelCheckpoint`` would save it as a top-k checkpoint (deleting the best one of the completed
+epochs) and write it as ``last.ckpt`` marked as a finished epoch, so a resume would skip the rest of
+that epoch.
 When the signal comes in the epoch's last step or during its validation, the epoch is complete: it
 is validated and checkpointed as usual, then the state is saved at the epoch's end and the trainer
 stops. The pipeline then skips the test evaluation, prints how to resume and exits with 130.
@@ -27,9 +29,9 @@ alive for the last step.
 SIGTERM (``kill``, ``docker stop``, a scheduler's time limit) gets the same treatment. Lightning's own
 SIGTERM handler notes the signal and raises ``SIGTERMException`` (a ``SystemExit`` with status 0) at the
 end of the current batch or validation step, saving nothing; this callback saves the same checkpoint
-first (at the end of the training step, raising ``SIGTERMException`` itself so that the partial epoch
-is not validated, or from ``on_exception`` when the signal came during validation or was broadcast to
-the other DDP ranks), and the pipeline exits with status 143 (128 + SIGTERM) after printing how to
+first (at the end of the training step, without ``should_stop``, so that the partial epoch is not
+validated before Lightning raises, or from ``on_exception`` when the signal came during validation or
+was broadcast to the other DDP ranks), and the pipeline exits with status 143 (128 + SIGTERM) after printing how to
 resume.
 """
 
@@ -156,10 +158,14 @@ class GracefulInterrupt(L.Callback):
             # The epoch is complete: let it be validated and checkpointed, save at its end (below).
             self.requested = True
             return
-        self._save_and_stop(trainer)
-        # Stop before Lightning's end-of-step work: with only should_stop set it would validate this
-        # partial epoch and ModelCheckpoint would save it as a finished one (module docstring).
-        raise SIGTERMException if trainer.received_sigterm else StoppedByCtrlC()
+        # Mid-epoch: save now, stop as the next step begins (SIGTERM: Lightning raises at this step's end).
+        # Not should_stop: Lightning would validate this partial epoch first (module docstring).
+        self._save(trainer)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self.saved_path is not None and self.requested:
+            raise StoppedByCtrlC()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.requested:
@@ -181,6 +187,10 @@ class GracefulInterrupt(L.Callback):
             self._save_and_stop(trainer)
 
     def _save_and_stop(self, trainer: L.Trainer) -> None:
+        self._save(trainer)
+        trainer.should_stop = True
+
+    def _save(self, trainer: L.Trainer) -> None:
         if self.saved_path is None:
             path = self._target(trainer)
             if self._is_callbacks_last(trainer):
@@ -191,7 +201,6 @@ class GracefulInterrupt(L.Callback):
             self.saved_path = path
             log.warning("interrupted: saved %s at global step %d (epoch %d); resume with ckpt_path=%s",
                         path, trainer.global_step, trainer.current_epoch, path)
-        trainer.should_stop = True
 
     def _is_callbacks_last(self, trainer: L.Trainer) -> bool:
         callback = trainer.checkpoint_callback
