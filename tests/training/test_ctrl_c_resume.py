@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,6 @@ import pytest
 import torch
 from train_helpers import REPO, TINY, compose_train, logged, train_env, train_py
 
-from aggzoo.errors import ConfigError
 from aggzoo.run.collect_runs import collect_runs
 from aggzoo.run.pipeline import train
 
@@ -107,12 +107,16 @@ def test_the_baseline_rows_are_on_disk_while_the_run_trains(interrupted: Interru
 
 def test_resume_with_ckpt_path_last_alone_uses_the_runs_config_and_ends_as_an_uninterrupted_run(
         interrupted: Interrupted, tiny_data, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGGZOO_DATA", str(tiny_data.root))  # for the uninterrupted run in this process
     logs, run = interrupted.logs, interrupted.run
-    # An override that contradicts the run stops with the key named, before anything is built.
-    monkeypatch.setenv("AGGZOO_DATA", str(tiny_data.root))
-    with pytest.raises(ConfigError, match=r"the override head=netvlad differs from it: head is \{'_target_': "
-                                          r"'aggzoo.models.heads.gem.GeM'.*Drop the override"):
-        train(compose_train([f"paths.log_dir={logs}", "ckpt_path=last", "head=netvlad"], tmp_path / "wrong"))
+    # An override that contradicts the run stops with the key named, before anything is built, and
+    # leaves no run folder of its own behind.
+    wrong = train_py([f"paths.log_dir={logs}", "ckpt_path=last", "head=netvlad"], tiny_data.root)
+    assert wrong.returncode == 2, wrong.stderr[-3000:]
+    (error,) = [line for line in wrong.stderr.splitlines() if line.startswith("error:")]
+    assert re.search(r"the override head=netvlad differs from it: head is \{'_target_': 'aggzoo.models.heads.gem.GeM'"
+                     r".*\} there, \{'_target_': 'aggzoo.models.heads.netvlad.NetVLAD'.*Drop the override", error)
+    assert [p.name for p in (logs / "train" / "runs").iterdir()] == ["first"]
 
     resumed = train_py([f"paths.log_dir={logs}", "ckpt_path=last"], tiny_data.root)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -235,11 +235,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     try:
         return _train(cfg, launch_dir, held)
     except UserError:
-        discard_unused_run_folder(launch_dir)  # nothing of the run in it: not a run for collect_runs
+        if not _sweep_job():  # a sweep lists its failed jobs (run_error.txt, aggzoo.run.sweep)
+            discard_unused_run_folder(launch_dir)  # nothing of the run in it: not a run for collect_runs
         raise
     finally:
         for folder in held:
             release_run_folder(folder)
+
+
+def _sweep_job() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any]:
@@ -260,7 +268,7 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
             cfg.paths.output_dir = str(resumed_dir)
         cfg = resume_config(cfg, resumed_dir)
         kept_test = _baseline_rows_of(resumed_dir / "run_summary.json")
-        if resumed_dir.resolve() != launch_dir.resolve():
+        if resumed_dir.resolve() != launch_dir.resolve() and not _sweep_job():
             discard_unused_run_folder(launch_dir, keep_log_in=resumed_dir)
         log.info("resuming %s in %s", ckpt_path, resumed_dir)
     check_config(cfg, "train")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from aggzoo.errors import ConfigError
@@ -78,7 +79,8 @@ def _screen(lines: Sequence[str]) -> tuple[list[str], list[str]]:
         key = _key(line)
         if _free(key):
             continue
-        if any(key == node or key.startswith(node + ".") for node in code_nodes):
+        names_code = any(p.startswith("_") for p in key.split("."))
+        if names_code or any(key == node or key.startswith(node + ".") for node in code_nodes if node):
             dropped.append(line)
         else:
             replayed.append(line)
@@ -140,7 +142,11 @@ def resume_config(cfg: DictConfig, run_dir: Path, *, overrides: Sequence[str] | 
                 f"ckpt_path={cfg.get('ckpt_path')} resumes {run_dir} with its own saved config ({saved_path}), but "
                 f"the override {line} differs from it: {key} is {_short(before)} there, {_short(now)} now. Drop the "
                 "override (the run's own settings need not be repeated), or start a new run without ckpt_path")
-    replayed, dropped = _screen(saved_lines)
+    try:
+        replayed, dropped = _screen(saved_lines)
+    except OverrideParseException as err:
+        raise ConfigError(f"{Path(run_dir) / SAVED_OVERRIDES} holds an override Hydra cannot parse ({err}); restore "
+                          "the file, or resume with ckpt_path=<the .ckpt file> and the run's overrides") from None
     if dropped:
         log.warning("resuming %s: not replaying %s from %s (it names code to run; nothing read from a file chooses "
                     "code); pass it again if the run needs it", run_dir, " ".join(dropped), run_dir / SAVED_OVERRIDES)
