@@ -255,28 +255,30 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), search_root=Path(cfg.paths.log_dir) / str(cfg.task_name),
                                   own_dir=launch_dir)
     kept_test: dict[str, Any] = {}
-    if ckpt_path is not None and (resumed_dir := run_dir_of(ckpt_path)) is not None:
+    resumed_dir = run_dir_of(ckpt_path) if ckpt_path is not None else None
+    if resumed_dir is not None:
         # Continue in the interrupted run's folder: its checkpoint callback state (best model) stays
         # valid and the run keeps one folder of checkpoints and results.
         if (problem := unwritable_folder_message(resumed_dir)) is not None:
             raise RunFolderError(
                 f"{problem}. A resumed run continues in its own folder: make it writable, or copy {ckpt_path.name} "
                 "out of its checkpoints/ folder and resume from the copy (ckpt_path=<copy>) to continue in a new run folder")
-        if resumed_dir.resolve() != launch_dir.resolve():
-            held.append(hold_run_folder(resumed_dir))  # one live run per folder
         with open_dict(cfg):
             cfg.paths.output_dir = str(resumed_dir)
         cfg = resume_config(cfg, resumed_dir)
         kept_test = _baseline_rows_of(resumed_dir / "run_summary.json")
-        if resumed_dir.resolve() != launch_dir.resolve() and not _sweep_job():
+    # The one safe reader, before anything is built: a file that needs code to load, or whose recorded
+    # spec names anything but aggzoo's model classes, is refused here, long before Lightning opens it
+    # (and before anything is written into its run's folder).
+    stored = read_checkpoint(ckpt_path) if ckpt_path is not None else None
+    if resumed_dir is not None and resumed_dir.resolve() != launch_dir.resolve():
+        held.append(hold_run_folder(resumed_dir))  # one live run per folder
+        if not _sweep_job():
             discard_unused_run_folder(launch_dir, keep_log_in=resumed_dir)
         log.info("resuming %s in %s", ckpt_path, resumed_dir)
     check_config(cfg, "train")
     L.seed_everything(cfg.seed, workers=True)
     model_cfg = model_spec(cfg)
-    # The one safe reader, before anything is built: a file that needs code to load, or whose recorded
-    # spec names anything but aggzoo's model classes, is refused here, long before Lightning opens it.
-    stored = read_checkpoint(ckpt_path) if ckpt_path is not None else None
     parts = build_training(cfg, model_cfg)
     model, module, datamodule = parts.model, parts.module, parts.datamodule
     if stored is not None:
