@@ -1,5 +1,6 @@
 """Ctrl-C during training: Lightning's own behaviour, then GracefulInterrupt's (finish the step,
-save, stop), with loader workers that receive the terminal's SIGINT too; SIGTERM saves the same way."""
+save, stop with status 130), with loader workers that receive the terminal's SIGINT too; SIGTERM
+saves the same way. (A real Ctrl-C to ``python train.py``: tests/training/test_ctrl_c_resume.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from robust_helpers import TinyData, TinyModule, tiny_trainer, write_city
 
-from aggzoo.training.interrupt import GracefulInterrupt
+from aggzoo.training.interrupt import GracefulInterrupt, StoppedByCtrlC
 
 
 class CtrlC(L.Callback):
@@ -58,7 +59,9 @@ def test_first_ctrl_c_finishes_the_step_saves_and_stops(city: Path, tmp_path: Pa
     # CtrlC runs before GracefulInterrupt at the same batch end: the step that received the signal
     # is the last one, and its result is what gets saved.
     trainer = tiny_trainer(tmp_path, [CtrlC(at_step=2), interrupt], max_steps=5)
-    trainer.fit(module, datamodule=TinyData(city, num_workers=2))
+    with pytest.raises(StoppedByCtrlC) as stop:  # mid-epoch: stopped before Lightning's end-of-step work
+        trainer.fit(module, datamodule=TinyData(city, num_workers=2))
+    assert stop.value.code == 130
     assert trainer.global_step == 2 and interrupt.requested
     assert interrupt.saved_path == tmp_path / "interrupted.ckpt"
     checkpoint = torch.load(interrupt.saved_path, weights_only=True)
@@ -127,6 +130,23 @@ def test_state_goes_to_last_ckpt_when_checkpointing_keeps_one(city: Path, tmp_pa
     checkpoints = ModelCheckpoint(dirpath=tmp_path / "checkpoints", save_last=True, save_top_k=0)
     trainer = tiny_trainer(tmp_path, [CtrlC(at_step=3), interrupt, checkpoints], max_steps=5,
                            enable_checkpointing=True)
-    trainer.fit(TinyModule(), datamodule=TinyData(city))
+    with pytest.raises(StoppedByCtrlC):
+        trainer.fit(TinyModule(), datamodule=TinyData(city))
     assert interrupt.saved_path == tmp_path / "checkpoints" / "last.ckpt"
-    assert torch.load(interrupt.saved_path, weights_only=True)["global_step"] == 3  # ckpt_path=last resumes here
+    state = torch.load(interrupt.saved_path, weights_only=True)
+    assert state["global_step"] == 3  # ckpt_path=last resumes here
+    # Recorded as ModelCheckpoint's own last file: the resumed run refreshes it, no last-v1.ckpt.
+    (key,) = [k for k in state["callbacks"] if k.startswith("ModelCheckpoint")]
+    assert state["callbacks"][key]["last_model_path"] == str(interrupt.saved_path)
+
+
+def test_ctrl_c_in_the_last_step_of_an_epoch_completes_the_epoch(city: Path, tmp_path: Path) -> None:
+    # 12 places / 2 per batch: step 6 ends epoch 0. That epoch is whole, so it ends as usual (its
+    # epoch-end hooks, validation and checkpoints run) and is saved at its end; no exception.
+    interrupt = GracefulInterrupt()
+    trainer = tiny_trainer(tmp_path, [CtrlC(at_step=6), interrupt], max_epochs=3)
+    trainer.fit(TinyModule(), datamodule=TinyData(city))
+    assert trainer.global_step == 6 and trainer.current_epoch == 1  # stopped after epoch 0
+    state = torch.load(interrupt.saved_path, weights_only=True)
+    assert state["global_step"] == 6 and state["epoch"] == 0
+    assert state["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"] == 6

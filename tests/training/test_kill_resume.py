@@ -5,12 +5,14 @@ checkpoint that does not fit the configured model is refused with one clear mess
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
+from aggzoo.errors import ConfigError
 from aggzoo.run.pipeline import train
 from aggzoo.training.checkpointing import CheckpointMismatchError, resolve_ckpt_path
 
@@ -32,11 +34,15 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_result(tiny_data, tmp_path: 
     assert state["global_step"] == KILL_AT - 1 and state["epoch"] == 1  # mid-epoch
     assert not (run / "test_results.json").exists()
 
-    # The interrupted checkpoint refuses a model it does not fit, naming what differs.
+    # Resuming the run folder with another head contradicts the run's saved config (aggzoo.run.resume);
+    # the checkpoint file alone, outside its run, refuses a model it does not fit, naming what differs.
     monkeypatch.setenv("AGGZOO_DATA", str(tiny_data.root))
-    wrong = compose_train([*RUN, "head=netvlad", "++head.num_clusters=4", f"ckpt_path={run}"], tmp_path / "wrong")
+    wrong = [*RUN, "head=netvlad", "++head.num_clusters=4"]
+    with pytest.raises(ConfigError, match=r"the override head=netvlad differs from it: head is"):
+        train(compose_train([*wrong, f"ckpt_path={run}"], tmp_path / "wrong"))
+    shutil.copy(run / "checkpoints" / "last.ckpt", tmp_path / "copy.ckpt")
     with pytest.raises(CheckpointMismatchError, match=r"(?s)head=GeM.*head=NetVLAD.*Fix: resume with"):
-        train(wrong)
+        train(compose_train([*wrong, f"ckpt_path={tmp_path / 'copy.ckpt'}"], tmp_path / "wrong"))
 
     # Resume in this process (a fresh process would rebuild the same objects from the same files).
     resumed = train(compose_train([*RUN, f"paths.log_dir={logs}", "ckpt_path=last"], tmp_path / "resumed"))

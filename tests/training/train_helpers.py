@@ -32,14 +32,19 @@ def train_py(args: list[str], data_root: Path, *, timeout: float = 240, launch_d
     folder, output captured. By default it runs in the repository with ``AGGZOO_ROOT`` set; with
     ``launch_dir`` it runs there, ``AGGZOO_ROOT`` unset, as a user's plain command does
     (paths.root_dir is then that folder)."""
+    return subprocess.run([sys.executable, str(REPO / script), *args], cwd=launch_dir or REPO,
+                          env=train_env(data_root, launch_dir), capture_output=True, text=True, timeout=timeout)
+
+
+def train_env(data_root: Path, launch_dir: Path | None = None) -> dict[str, str]:
+    """The environment of :func:`train_py` (for tests that start ``python train.py`` with ``Popen``)."""
     # tests/ on the path: the fault-injection callbacks (tests/faults.py) are test tools, not package code.
     pythonpath = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
     env = dict(os.environ, AGGZOO_DATA=str(data_root), AGGZOO_ROOT=str(REPO), NO_ALBUMENTATIONS_UPDATE="1",
                PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", PYTHONPATH=pythonpath)
     if launch_dir is not None:
         del env["AGGZOO_ROOT"]
-    return subprocess.run([sys.executable, str(REPO / script), *args], cwd=launch_dir or REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return env
 
 
 def run_dirs(log_dir: Path) -> list[Path]:

@@ -72,7 +72,8 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
         summary_path = folder / SUMMARY_FILE
         if summary_path.is_file():
             entry.update(json.loads(summary_path.read_text()))
-            entry["status"] = "done"
+            # Written at train start too (baseline rows): its status says whether the run ended.
+            entry["status"] = entry.get("status") or "done"
         elif (folder / EVAL_RESULTS_FILE).is_file():  # an eval.py run: its Recall@k per benchmark
             results = json.loads((folder / EVAL_RESULTS_FILE).read_text())["results"]
             entry["overrides"] = _overrides(folder)

@@ -24,7 +24,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
-from aggzoo.errors import CheckpointNotFoundError, ConfigError, DatasetLayoutError, RunFolderError
+from aggzoo.errors import CheckpointNotFoundError, ConfigError, DatasetLayoutError, RunFolderError, UserError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
 from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.report import format_table, write_json
@@ -41,10 +41,17 @@ from aggzoo.run.preflight import (
     check_config,
     result_notes,
 )
-from aggzoo.run.run_folder import unwritable_folder_message
+from aggzoo.run.resume import resume_config, saved_overrides
+from aggzoo.run.run_folder import (
+    discard_unused_run_folder,
+    hold_run_folder,
+    release_run_folder,
+    unwritable_folder_message,
+)
 from aggzoo.training.callbacks import UntrainedBaseline
 from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
 from aggzoo.training.datamodule import VPRDataModule
+from aggzoo.training.interrupt import StoppedByCtrlC
 from aggzoo.training.module import VPRLightningModule
 from aggzoo.training.timing import StepTimer
 
@@ -213,15 +220,43 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     ``checkpoints/``, logs, ``test_results.json`` and ``run_summary.json`` (read by
     ``python -m aggzoo.run.collect_runs``).
 
+    ``ckpt_path`` of a run folder resumes with that run's own config (:mod:`aggzoo.run.resume`: its
+    saved overrides replayed on aggzoo's conf/, an override given now must agree), holding the
+    folder so that no second live run writes into it (:func:`aggzoo.run.run_folder.hold_run_folder`);
+    the folder Hydra made for the resuming command is then removed, its log moved into the run.
+    ``run_summary.json`` is written as soon as the untrained baseline is measured (a run killed later
+    keeps those rows; a resumed run carries them over) and again at the end. A failed start
+    (a :class:`~aggzoo.errors.UserError` before anything of the run is written) leaves no run folder.
+
     Returns a dict with the trainer, the best checkpoint path and the test results.
     """
+    launch_dir = Path(cfg.paths.output_dir)  # the folder Hydra made for this command (or the caller's)
+    held: list[Path] = []
+    try:
+        return _train(cfg, launch_dir, held)
+    except UserError:
+        if not _sweep_job():  # a sweep lists its failed jobs (run_error.txt, aggzoo.run.sweep)
+            discard_unused_run_folder(launch_dir)  # nothing of the run in it: not a run for collect_runs
+        raise
+    finally:
+        for folder in held:
+            release_run_folder(folder)
+
+
+def _sweep_job() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any]:
     started = time.perf_counter()
-    check_config(cfg, "train")
-    L.seed_everything(cfg.seed, workers=True)
-    model_cfg = model_spec(cfg)
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), search_root=Path(cfg.paths.log_dir) / str(cfg.task_name),
-                                  own_dir=Path(cfg.paths.output_dir))
-    if ckpt_path is not None and (resumed_dir := run_dir_of(ckpt_path)) is not None:
+                                  own_dir=launch_dir)
+    kept_test: dict[str, Any] = {}
+    resumed_dir = run_dir_of(ckpt_path) if ckpt_path is not None else None
+    if resumed_dir is not None:
         # Continue in the interrupted run's folder: its checkpoint callback state (best model) stays
         # valid and the run keeps one folder of checkpoints and results.
         if (problem := unwritable_folder_message(resumed_dir)) is not None:
@@ -230,10 +265,20 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 "out of its checkpoints/ folder and resume from the copy (ckpt_path=<copy>) to continue in a new run folder")
         with open_dict(cfg):
             cfg.paths.output_dir = str(resumed_dir)
-        log.info("resuming %s in %s", ckpt_path, resumed_dir)
+        cfg = resume_config(cfg, resumed_dir)
+        kept_test = _baseline_rows_of(resumed_dir / "run_summary.json")
     # The one safe reader, before anything is built: a file that needs code to load, or whose recorded
-    # spec names anything but aggzoo's model classes, is refused here, long before Lightning opens it.
+    # spec names anything but aggzoo's model classes, is refused here, long before Lightning opens it
+    # (and before anything is written into its run's folder).
     stored = read_checkpoint(ckpt_path) if ckpt_path is not None else None
+    if resumed_dir is not None and resumed_dir.resolve() != launch_dir.resolve():
+        held.append(hold_run_folder(resumed_dir))  # one live run per folder
+        if not _sweep_job():
+            discard_unused_run_folder(launch_dir, keep_log_in=resumed_dir)
+        log.info("resuming %s in %s", ckpt_path, resumed_dir)
+    check_config(cfg, "train")
+    L.seed_everything(cfg.seed, workers=True)
+    model_cfg = model_spec(cfg)
     parts = build_training(cfg, model_cfg)
     model, module, datamodule = parts.model, parts.module, parts.datamodule
     if stored is not None:
@@ -250,50 +295,98 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                                  batch_size=cfg.eval_batch_size, num_workers=data.num_workers)
     if cfg.evaluate_baseline and test_sets:
         callbacks.append(baseline)
+    out_dir = Path(cfg.paths.output_dir)
+
+    def summarise(status: str, rows: list[tuple[str, list[RetrievalResult]]], best: Path | None = None) -> None:
+        _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, rows, best,
+                           time.perf_counter() - started, status=status, kept_test=kept_test)
+
+    # Written as soon as the baseline is measured (UntrainedBaseline runs first at train start).
+    callbacks.append(_SummaryAtTrainStart(lambda: summarise(RUNNING, _baseline_rows(baseline))))
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values() if lg is not None]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(ckpt_path) if ckpt_path is not None else None)
-    except SIGTERMException:
-        # GracefulInterrupt has saved the checkpoint; report it, then exit as a terminated process does.
-        after_training(trainer, image_policy)
-        raise SystemExit(128 + signal.SIGTERM) from None
+    except (SIGTERMException, StoppedByCtrlC) as stop:
+        # GracefulInterrupt has saved the checkpoint; report it, then exit as a signalled process does.
+        stopped = after_training(trainer, image_policy)
+        _summarise_interrupted(summarise, trainer, baseline, stopped)
+        raise SystemExit(128 + (signal.SIGTERM if isinstance(stop, SIGTERMException) else signal.SIGINT)) from None
     best = _best_checkpoint(trainer)
     results: dict[str, Any] = {"best_checkpoint": str(best) if best else None, "trainer": trainer}
     results.update(after_training(trainer, image_policy))  # skipped images; a Ctrl-C stop skips the tests
-    if "interrupted" in results:
-        return results
+    if "interrupted" in results:  # Ctrl-C in an epoch's last step: stopped at its end, saved
+        _summarise_interrupted(summarise, trainer, baseline, results)
+        raise SystemExit(128 + signal.SIGINT)
     if not trainer.is_global_zero:  # rank 0 alone evaluates the test sets and writes the results
         return results
     if best is not None:
         module.load_state_dict(read_checkpoint(best).contents["state_dict"])  # the one reader, for our own file too
-    out_dir = Path(cfg.paths.output_dir)
     table_rows: list[tuple[str, list[RetrievalResult]]] = []
     if test_sets:
         trained = _evaluate_all(model, test_sets, test_transform, cfg, _device())
         results["test"] = trained
-        table_rows = [("trained", trained)]
+        table_rows = [*_baseline_rows(baseline), ("trained", trained)]
         if baseline.results:
             results["baseline"] = baseline.results
-            table_rows.insert(0, ("untrained", baseline.results))
         if baseline.pooling_results:
             results["baseline_global_pooling"] = baseline.pooling_results
-            table_rows.insert(0, ("pooling_baseline", baseline.pooling_results))
         print(_comparison_table(table_rows))
         if notes := result_notes(trained):
             print("\n".join(notes))
         write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json",
                    labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
     results["seconds"] = time.perf_counter() - started
-    _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, table_rows, best, results["seconds"])
+    summarise(DONE, table_rows, best)
     log.info("train job finished in %.1f s", results["seconds"])
     return results
 
 
+#: ``status`` of a ``run_summary.json``: written at train start (baseline rows only) / at the end
+RUNNING = "running or killed (no trained results yet)"
+DONE = "done"
+_BASELINE_LABELS = ("pooling_baseline", "untrained")
+
+
+class _SummaryAtTrainStart(L.Callback):
+    """Calls ``write()`` at train start on rank 0, after the callbacks before it (the baseline)."""
+
+    def __init__(self, write: Any) -> None:
+        self.write = write
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.write()
+
+
+def _baseline_rows(baseline: UntrainedBaseline) -> list[tuple[str, list[RetrievalResult]]]:
+    """The baseline rows measured in this process, in the table's order."""
+    return [(label, rs) for label, rs in (("pooling_baseline", baseline.pooling_results),
+                                           ("untrained", baseline.results)) if rs]
+
+
+def _baseline_rows_of(summary: Path) -> dict[str, Any]:
+    """The baseline rows a run's earlier ``run_summary.json`` holds (a resumed run does not measure them again)."""
+    try:
+        test = json.loads(summary.read_text()).get("test", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {label: test[label] for label in _BASELINE_LABELS if isinstance(test, dict) and label in test}
+
+
+def _summarise_interrupted(summarise: Any, trainer: L.Trainer, baseline: UntrainedBaseline,
+                           stopped: dict[str, Any]) -> None:
+    if trainer.is_global_zero and "interrupted" in stopped:
+        summarise(f"interrupted at global step {trainer.global_step}: resume with ckpt_path={stopped['interrupted']}",
+                  _baseline_rows(baseline))
+
+
 def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.Trainer, timer: StepTimer,
-                       table_rows: list[tuple[str, list[RetrievalResult]]], best: Path | None, seconds: float) -> None:
-    """One JSON per run with what a sweep comparison needs (``aggzoo.run.collect_runs``)."""
+                       table_rows: list[tuple[str, list[RetrievalResult]]], best: Path | None, seconds: float, *,
+                       status: str = DONE, kept_test: Mapping[str, Any] | None = None) -> None:
+    """One JSON per run with what a sweep comparison needs (``aggzoo.run.collect_runs``); ``kept_test``:
+    rows of an earlier summary of the same run that this process did not measure (a resume's baseline)."""
     from hydra.core.hydra_config import HydraConfig
 
     overrides: list[str] = []
@@ -302,6 +395,11 @@ def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.
         hydra_cfg = HydraConfig.get()
         overrides = list(hydra_cfg.overrides.task)
         choices = dict(hydra_cfg.runtime.choices)
+    # The run folder's own record wins: a resumed run's overrides are the run's, not the resuming command's.
+    recorded = path.parent / ".hydra" / "hydra.yaml"
+    if (saved := saved_overrides(path.parent)) is not None and recorded.is_file():
+        overrides = saved
+        choices = dict(OmegaConf.select(OmegaConf.load(recorded), "hydra.runtime.choices", default={}) or {})
     head_class = str(cfg.head.get("_target_", "")).rsplit(".", 1)[-1]
     timing = timer.summary()
     images_per_step = int(cfg.data.places_per_batch) * int(getattr(trainer.datamodule.train_dataset, "img_per_place", 1))
@@ -319,9 +417,11 @@ def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.
         "images_per_second": images_per_step / timing["seconds_per_step"] if timing["seconds_per_step"] else None,
         "epochs": trainer.current_epoch, "global_step": trainer.global_step,
         "val": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
-        "test": {label: {r.name: {str(k): v for k, v in r.recalls.items()} for r in rs} for label, rs in table_rows},
+        "test": {**(kept_test or {}),
+                 **{label: {r.name: {str(k): v for k, v in r.recalls.items()} for r in rs} for label, rs in table_rows}},
         "best_checkpoint": str(best) if best else None,
         "wall_seconds": round(seconds, 1),
+        "status": status,
     }
     path.write_text(json.dumps(summary, indent=2))
 

@@ -1,4 +1,4 @@
-"""The run folder must be writable before Hydra starts a job.
+"""The run folder: writable before Hydra starts a job, held by one live run, not left behind unused.
 
 Hydra creates ``hydra.run.dir`` (``<paths.log_dir>/<task>/runs/<time>``) or ``hydra.sweep.dir``
 itself, before ``train.py`` / ``eval.py`` run any of aggzoo's code: a read-only or foreign log folder
@@ -6,19 +6,48 @@ would end in Hydra's traceback of ``os.mkdir``. :class:`WritableRunFolder` (a Hy
 ``conf/hydra/default.yaml``) makes and probes the folder's parent first, and stops with one
 ``error:`` line naming the folder and the override that moves it (exit status 2, as every user
 error of the entry points).
+
+One live run per folder. Run folders are named to the microsecond (``conf/hydra/default.yaml``), so
+two launches in the same second get two folders; a folder given twice (``hydra.run.dir=...``, or two
+resumes of one run) is held by :func:`hold_run_folder`: an OS file lock (``filelock``, ``flock`` on
+``<folder>/.run.lock``) taken for the run's life by :class:`RunFolderLock` (a Hydra callback, before
+Hydra writes the folder's ``.hydra/``) and by the pipeline for the folder a resume continues in. The
+operating system releases it when its process ends however it ends (``kill -9`` too), so a lock
+file left by a dead run never blocks. A second run is refused with one ``error:`` line.
+
+:func:`discard_unused_run_folder` removes a folder that holds nothing but what Hydra writes into
+every run folder (``.hydra/``, the job's log) and the lock: what a job that failed before it began,
+or a resume that continued in the resumed run's own folder, would otherwise leave for
+``collect_runs`` to list.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["WritableRunFolder", "unwritable_folder_message"]
+from aggzoo.errors import RunFolderError
+
+__all__ = ["LOCK_NAME", "RunFolderLock", "WritableRunFolder", "discard_unused_run_folder", "hold_run_folder",
+           "release_run_folder", "unwritable_folder_message"]
+
+#: the lock file of a live run, in its folder
+LOCK_NAME = ".run.lock"
+#: what Hydra writes into every run folder before the job runs (plus the lock): a folder holding
+#: only these has no result of its own
+_HYDRA_ONLY = {".hydra", LOCK_NAME}
+
+#: folders this process holds -> (their lock, how many holders in this process). One lock object per
+#: folder: a second flock of the same file from this process would fail against the first.
+_HELD: dict[Path, list[Any]] = {}
 
 #: Exit status of a user error (``aggzoo.cli.reporting.USER_ERROR_STATUS``).
 _USER_ERROR_STATUS = 2
@@ -56,3 +85,94 @@ class WritableRunFolder(Callback):
             print(f"error: {message}. Write the logs to a folder you can write with paths.log_dir=<folder>, or "
                   "make this one writable", file=sys.stderr)
             raise SystemExit(_USER_ERROR_STATUS)
+
+
+def hold_run_folder(folder: str | os.PathLike) -> Path:
+    """Take ``<folder>/.run.lock`` for this process (made if missing; taken again by the same process
+    is fine). Returns the resolved folder.
+
+    Raises:
+        RunFolderError: a live process holds it.
+    """
+    folder = Path(folder).resolve()
+    if folder in _HELD:
+        _HELD[folder][1] += 1
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / LOCK_NAME))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunFolderError(
+            f"the run folder {folder} is in use by another run that is still running ({folder / LOCK_NAME} is "
+            "locked by a live process); wait for it to end, or start this run in a folder of its own (leave "
+            "hydra.run.dir unset, or give another one)") from None
+    _HELD[folder] = [lock, 1]
+    return folder
+
+
+def release_run_folder(folder: str | os.PathLike) -> None:
+    """Undo one :func:`hold_run_folder` of this process (the lock is released with the last)."""
+    folder = Path(folder).resolve()
+    held = _HELD.get(folder)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] <= 0:
+        del _HELD[folder]
+        held[0].release()
+
+
+def discard_unused_run_folder(folder: str | os.PathLike, *, keep_log_in: Path | None = None) -> bool:
+    """Remove ``folder`` when it holds only Hydra's ``.hydra/``, ``*.log`` files and the lock; its logs
+    are first moved into ``keep_log_in`` (as ``<name>.<folder name>.log``) when given. Returns whether
+    it was removed."""
+    folder = Path(folder)
+    if not (folder / ".hydra").is_dir():  # only a folder Hydra made for a job
+        return False
+    entries = list(folder.iterdir())
+    if any(e.name not in _HYDRA_ONLY and not (e.is_file() and e.suffix == ".log") for e in entries):
+        return False
+    if keep_log_in is not None:
+        for log_file in (e for e in entries if e.suffix == ".log"):
+            # A rename keeps Hydra's open log handler writing into the moved file.
+            os.replace(log_file, Path(keep_log_in) / f"{log_file.stem}.{folder.name}.log")
+    release_run_folder(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    return True
+
+
+class RunFolderLock(Callback):
+    """Hydra callback: hold the run folder (or a sweep's folder) for the run's life, from before Hydra
+    writes into it; a folder a live run holds stops this one with one ``error:`` line, exit 2."""
+
+    def __init__(self) -> None:
+        self.folder: Path | None = None
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # The same config object as Hydra's run_job selects from: ${now:...} is cached, same folder.
+        self._hold(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._hold(config, "hydra.sweep.dir")
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._release()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._release()
+
+    def _hold(self, config: DictConfig, key: str) -> None:
+        folder = OmegaConf.select(config, key, default=None)
+        if folder is None:
+            return
+        try:
+            self.folder = hold_run_folder(str(folder))
+        except RunFolderError as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(_USER_ERROR_STATUS) from None
+
+    def _release(self) -> None:
+        if self.folder is not None:
+            release_run_folder(self.folder)
+            self.folder = None
