@@ -7,6 +7,7 @@ from omegaconf import DictConfig
 
 import aggzoo
 import aggzoo.run.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
+from aggzoo.cli.hydra_errors import run_hydra_main
 from aggzoo.cli.reporting import reported_user_errors
 
 # paths.root_dir (conf/paths/default.yaml): the folder the job is launched from, unless set.
@@ -25,4 +26,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # A command line Hydra cannot compose (head=nosuch, an unknown key) is one error: line too, exit 2.
+    run_hydra_main(main, "eval.py")
