@@ -42,6 +42,7 @@ from aggzoo.run.preflight import (
     result_notes,
 )
 from aggzoo.run.run_folder import unwritable_folder_message
+from aggzoo.run.train_report import NO_TRAINING_NOTE, closing_for, trained_row_label
 from aggzoo.training.callbacks import UntrainedBaseline
 from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
 from aggzoo.training.datamodule import VPRDataModule
@@ -271,10 +272,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.paths.output_dir)
     table_rows: list[tuple[str, list[RetrievalResult]]] = []
     if test_sets:
+        if trainer.global_step == 0:
+            print(NO_TRAINING_NOTE)  # max_epochs=0: what follows must not be called trained
         trained = _evaluate_all(model, test_sets, test_transform, cfg, _device())
         results["test"] = trained
-        table_rows = [("trained", trained)]
-        if baseline.results:
+        table_rows = [(trained_row_label(trainer.global_step), trained)]
+        if baseline.results and trainer.global_step > 0:
             results["baseline"] = baseline.results
             table_rows.insert(0, ("untrained", baseline.results))
         if baseline.pooling_results:
@@ -287,6 +290,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                    labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
     results["seconds"] = time.perf_counter() - started
     _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, table_rows, best, results["seconds"])
+    print("\n".join(closing_for(cfg, trainer, out_dir)))  # where everything is, and the command to run next
     log.info("train job finished in %.1f s", results["seconds"])
     return results
 
