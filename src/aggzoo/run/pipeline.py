@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
+from aggzoo.data.place_split import val_split_from_config
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
 from aggzoo.errors import CheckpointNotFoundError, ConfigError, DatasetLayoutError, RunFolderError
@@ -149,6 +150,9 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
     train_dataset = instantiate(data.train)(transform=augment)
     test_transform = eval_transform(data.eval_image_size, **norm)
     val_sets = load_benchmarks(cfg.get("val_benchmarks"))
+    if data.get("val_split"):  # validation places carved off the training data (data/place_split.py); first = monitored
+        held = val_split_from_config(train_dataset, OmegaConf.to_container(data.val_split, resolve=True))
+        val_sets = {held.name: held, **val_sets}
     test_sets = load_benchmarks(cfg.get("test_benchmarks"))
     datamodule = VPRDataModule(train_dataset=train_dataset, val_sets=val_sets, eval_transform=test_transform,
                                places_per_batch=data.places_per_batch, num_workers=data.num_workers,
