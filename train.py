@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 import aggzoo
 import aggzoo.run.config_schema  # noqa: F401  (typed schema: a wrong override type fails at composition)
 from aggzoo.cli.hydra_errors import run_hydra_main
+from aggzoo.cli.quiet import quiet_startup_noise
 from aggzoo.cli.reporting import reported_user_errors
 
 # paths.root_dir (conf/paths/default.yaml): the folder the job is launched from, unless set.
@@ -16,6 +17,7 @@ os.environ.setdefault("AGGZOO_ROOT", os.getcwd())
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
+    quiet_startup_noise()  # faiss's failed AVX loads, Lightning's adverts (aggzoo.cli.quiet)
     from aggzoo.run.pipeline import train
     from aggzoo.run.sweep import keep_sweeping
 
