@@ -287,7 +287,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if baseline.pooling_results:
             results["baseline_global_pooling"] = baseline.pooling_results
             table_rows.insert(0, ("pooling_baseline", baseline.pooling_results))
-        print(_comparison_table(table_rows))
+        chosen = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
+        print(_comparison_table(table_rows, chosen_on_validation=chosen))
         if notes := result_notes(trained):
             print("\n".join(notes))
         write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json",
@@ -350,10 +351,13 @@ _ROW_TITLES = {
 }
 
 
-def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]]) -> str:
+def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]], *, chosen_on_validation: bool = True) -> str:
+    titles = dict(_ROW_TITLES)
+    if not chosen_on_validation:  # no validation set: ModelCheckpoint chose nothing, the last checkpoint was tested
+        titles["trained"] = "trained (last checkpoint: no validation metric chose a best one)"
     lines = []
     for label, rs in rows:
-        lines.append(f"== {_ROW_TITLES.get(label, label)} ==")
+        lines.append(f"== {titles.get(label, label)} ==")
         lines.append(format_table(rs))
     return "\n".join(lines)
 
