@@ -7,4 +7,4 @@ the same job, on the configs of ``conf/`` (which the package links in as ``aggzo
 from aggzoo.cli.train import main
 
 if __name__ == "__main__":
-    main()
+    main("train.py")

@@ -13,7 +13,7 @@ from torch import nn
 
 from aggzoo.data.vg import load_vg
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
-from aggzoo.evaluation.report import plot_recall_curves, plot_retrievals
+from aggzoo.evaluation.report import grid_rows_caption, pick_queries, plot_recall_curves, plot_retrievals
 from aggzoo.evaluation.retrieval import result_from_predictions
 from aggzoo.evaluation.submission import read_msls_submission, write_msls_submission
 
@@ -86,6 +86,17 @@ def test_grid_marks_correct_and_wrong(vg_colours, tmp_path):
     assert green > 500 and red > 500                # frames of both kinds were drawn
     plot_recall_curves([result], tmp_path / "curve.png")
     assert (tmp_path / "curve.png").stat().st_size > 5000
+
+
+def test_grid_title_says_its_rows_were_chosen_to_show_failures(vg_colours):
+    """pick_queries draws about half failures: the title must not let the grid pass for a sample."""
+    rs = load_vg(vg_colours)
+    result = result_from_predictions(rs, np.tile(np.arange(24), (10, 1)), ks=(1, 5))  # only query 0 right
+    rows = pick_queries(result, 4)
+    assert rows[0] == 0 and len(rows) == 4  # the one success, then failures
+    caption = grid_rows_caption(result, rows, picked=True)
+    assert caption == "rows chosen to show failures, not a random sample: 1 right at rank 1, 3 wrong (R@1 over all 10 queries: 10.00 %)"
+    assert grid_rows_caption(result, [0, 7], picked=False) == "rows: the 2 queries asked for (1 right at rank 1, 1 wrong)"
 
 
 @pytest.mark.filterwarnings("ignore:Input line 1 contained no data")  # our comment line, as in upstream's example

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -25,7 +26,8 @@ RESULTS = [make_result("msls_val", {1: 0.9216, 5: 0.96, 10: 0.97, 20: 0.975}),
 def test_table_in_percent():
     table = format_table(RESULTS)
     lines = table.splitlines()
-    assert lines[0].split() == ["benchmark", "queries", "database", "R@1", "R@5", "R@10", "R@20"]
+    # the header says the unit (issue 14 item 10); columns are two or more spaces apart
+    assert re.split(r"\s{2,}", lines[0]) == ["benchmark", "queries", "database", "R@1 (%)", "R@5 (%)", "R@10 (%)", "R@20 (%)"]
     assert lines[2].split() == ["msls_val", "740", "18871", "92.16", "96.00", "97.00", "97.50"]
     assert lines[3].split()[-1] == "81.25"
 
@@ -55,6 +57,6 @@ def test_json_labels_tell_apart_results_of_one_benchmark(tmp_path):
 def test_markdown(tmp_path):
     text = write_markdown(RESULTS, tmp_path / "results.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("|")]
-    assert rows[0] == "| benchmark | queries | database | R@1 | R@5 | R@10 | R@20 |"
+    assert rows[0] == "| benchmark | queries | database | R@1 (%) | R@5 (%) | R@10 (%) | R@20 (%) |"
     assert rows[2] == "| msls_val | 740 | 18871 | 92.16 | 96.00 | 97.00 | 97.50 |"
     assert "3 of 740 queries have no positive" in text

@@ -204,3 +204,39 @@ def test_a_broken_weights_manifest(entry: dict, expected: str, command: list[str
     result = run_entry(["-m", *command], tmp_path, script=None, env={"AGGZOO_WEIGHTS_DIR": str(folder)})
     line = error_line(result)
     assert str(folder / "manifest.json") in line and expected in line, line
+
+
+
+#: command lines Hydra cannot compose, and what their one error line must say (the choices included)
+COMPOSITION = {
+    ("train.py", "head=nosuch"): ["Could not find 'head/nosuch'", "Available options in 'head': a2gc, afa, avgpool",
+                                  "netvlad"],
+    ("train.py", "trainer.nosuch=3"): ["Could not override 'trainer.nosuch'", "+trainer.nosuch=3",
+                                       "the keys of trainer are:", "max_epochs"],
+    ("eval.py", "nosuch_key=1"): ["Could not override 'nosuch_key'", "the keys of the top level are:", "recall_ks"],
+    ("eval.py", "image_size=[1"): ["cannot parse the override 'image_size=[1'"],
+}
+
+
+@pytest.mark.parametrize(("script", "override"), COMPOSITION)
+def test_hydra_composition_errors(script: str, override: str, tmp_path: Path) -> None:
+    """Hydra prints these over many lines and exits 1 unless the entry point turns them into one line."""
+    line = error_line(run_entry([override], tmp_path, script=script))
+    assert all(text in line for text in COMPOSITION[script, override]), line
+    assert f"python {script} --help" in line and "search path" not in line.lower(), line
+
+
+def test_hydra_composition_error_in_a_sweep(tmp_path: Path) -> None:
+    """``-m``: the sweep's own composition fails before any job; one line, said once."""
+    line = error_line(run_entry(["-m", "head=gem,nosuch"], tmp_path))
+    assert "Could not find 'head/nosuch'" in line, line
+    assert not list((tmp_path / "logs").rglob("run_summary.json"))  # no job ran
+
+
+def test_hydra_cfg_job_and_full_error_still_work(tmp_path: Path) -> None:
+    """The wrapper changes only composition errors: ``--cfg job`` prints the config as Hydra does, and a
+    user who sets HYDRA_FULL_ERROR=1 gets Hydra's full traceback, exit 1."""
+    composed = run_entry(["--cfg", "job", "head=gem"], tmp_path, script="eval.py")
+    assert composed.returncode == 0 and "_target_: aggzoo.models.heads.gem.GeM" in composed.stdout, composed.stderr
+    full = run_entry(["head=nosuch"], tmp_path, env={"HYDRA_FULL_ERROR": "1"})
+    assert full.returncode == 1 and "Traceback" in full.stderr and "MissingConfigException" in full.stderr

@@ -20,6 +20,7 @@ exported to every format; the error names the format and the exporter's reason.
 from __future__ import annotations
 
 import argparse
+import importlib
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -31,13 +32,16 @@ from torch import Tensor, nn
 
 from aggzoo.cli.reporting import reported_user_errors
 from aggzoo.errors import ExportError
-from aggzoo.hub.factory import create_model
+from aggzoo.hub.cfg import split_name
+from aggzoo.hub.factory import create_model, is_model
 
 __all__ = ["FORMATS", "ExportResult", "check_parity", "export_model", "load_exported", "main"]
 
 FORMATS = ("onnx", "torchscript", "export")
 _SUFFIX = {"onnx": ".onnx", "torchscript": ".pt", "export": ".pt2"}
 _ONNX_OPSET = 17
+#: what each format needs beyond torch: the exporter and the runtime of the parity check (the [export] extra)
+_NEEDS = {"onnx": ("onnx", "onnxruntime")}
 
 
 
@@ -146,7 +150,33 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.ex
         return _export(args)
 
 
+def _missing_packages(fmt: str) -> list[str]:
+    """The packages ``fmt`` needs that cannot be imported here."""
+    missing = []
+    for package in _NEEDS.get(fmt, ()):
+        try:
+            importlib.import_module(package)
+        except ImportError:
+            missing.append(package)
+    return missing
+
+
+def _check_request(name: str, fmt: str, pretrained: bool) -> None:
+    """Refuse, before any model is built, an export that cannot run or whose file would be misnamed."""
+    if missing := _missing_packages(fmt):
+        raise ExportError(f"--format {fmt} needs {' and '.join(_NEEDS[fmt])}, and {', '.join(missing)} is not "
+                          'installed (the [cpu] install leaves them out): pip install -e ".[export]"')
+    architecture, tag = split_name(name)
+    if tag is not None and not pretrained and is_model(name):
+        # create_model(name) without pretrained builds the architecture untrained; a file named after the
+        # tag would then hold untrained weights under the name of trained ones.
+        raise ExportError(f"{name} names the weights '{tag}', but --pretrained was not given, so the file would "
+                          f"hold untrained weights under their name: add --pretrained to export those weights, or "
+                          f"name the architecture alone ({architecture}) to export it untrained")
+
+
 def _export(args: argparse.Namespace) -> int:
+    _check_request(args.name, args.format, args.pretrained)
     model = create_model(args.name, pretrained=args.pretrained).eval()
     cfg = getattr(model, "pretrained_cfg", None)
     size = tuple(args.image_size) if args.image_size else (tuple(cfg.input_size[1:]) if cfg is not None else (224, 224))

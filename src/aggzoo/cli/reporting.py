@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 from aggzoo.errors import UserError, user_message
 
-__all__ = ["reported_user_errors", "user_message"]
+__all__ = ["exit_with_user_error", "reported_user_errors", "user_message"]
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +37,26 @@ def reported_user_errors() -> Iterator[None]:
     try:
         yield
     except UserError as err:
-        _exit(user_message(err))
+        exit_with_user_error(user_message(err))
     except OSError as err:
         if err.errno in _DISK_FULL:
             # A full disk outside the checkpoint writer (logs, results, the bad-image list).
-            _exit(f"disk full while writing {err.filename or 'the run folder'} ({err.strerror}). Free some space or "
-                  "write to a larger disk (paths.output_dir=...); a training run resumes with ckpt_path=last.")
+            exit_with_user_error(
+                f"disk full while writing {err.filename or 'the run folder'} ({err.strerror}). Free some space or "
+                "write to a larger disk (paths.output_dir=...); a training run resumes with ckpt_path=last.")
         if err.errno in _NOT_PERMITTED and err.filename:
             # A read-only run folder (a resumed run's, a shared one) or an unreadable data file.
-            _exit(f"permission denied: {err.filename} ({err.strerror}). Make it writable (readable, for data) by "
-                  "this user, or point the job elsewhere: paths.log_dir=<folder> for what a run writes, "
-                  "paths.data_root=<folder> for the datasets.")
+            exit_with_user_error(
+                f"permission denied: {err.filename} ({err.strerror}). Make it writable (readable, for data) by "
+                "this user, or point the job elsewhere: paths.log_dir=<folder> for what a run writes, "
+                "paths.data_root=<folder> for the datasets.")
         raise
 
 
-def _exit(message: str) -> None:
-    if log.hasHandlers():  # the run's log file (Hydra); without handlers logging would print it a second time
+def exit_with_user_error(message: str, *, to_log: bool = True) -> None:
+    """Print ``error: <message>`` on stderr (and, with ``to_log``, to the run's log file when there is one),
+    exit with status 2."""
+    if to_log and log.hasHandlers():  # the run's log file (Hydra); without handlers logging would print it a second time
         log.error("%s", message)
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(USER_ERROR_STATUS) from None

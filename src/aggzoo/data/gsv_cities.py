@@ -150,6 +150,15 @@ class GSVCitiesDataset(Dataset):
                 f"no place in {self.root} has at least {self.min_img_per_place} images; lower img_per_place")
         self.place_ids = np.array(list(self.places), dtype=np.int64)
 
+    def keep_places(self, place_ids: Sequence[int]) -> None:
+        """Keep only these places (e.g. the training side of :func:`aggzoo.data.place_split.hold_out_places`)."""
+        unknown = sorted(set(int(p) for p in place_ids) - set(self.places))
+        if unknown:
+            raise ValueError(f"place ids {unknown[:5]} are not places of {self.root}")
+        kept = sorted(int(p) for p in place_ids)
+        self.places = {pid: self.places[pid] for pid in kept}
+        self.place_ids = np.array(kept, dtype=np.int64)
+
     @property
     def num_images(self) -> int:
         return sum(len(v) for v in self.places.values())

@@ -17,7 +17,7 @@ from aggzoo.evaluation.retrieval import RetrievalResult
 
 __all__ = [
     "format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries",
-    "recall_curves_figure", "retrievals_figure", "figure_rgb",
+    "recall_curves_figure", "retrievals_figure", "figure_rgb", "grid_rows_caption",
 ]
 
 
@@ -27,7 +27,8 @@ def _ks(results: Sequence[RetrievalResult]) -> list[int]:
 
 def _rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]]]:
     ks = _ks(results)
-    header = ["benchmark", "queries", "database", *[f"R@{k}" for k in ks]]
+    # Recall@k in percent, said in the header (a newcomer reading 87.00 must not guess between 87 % and 0.87)
+    header = ["benchmark", "queries", "database", *[f"R@{k} (%)" for k in ks]]
     rows = []
     for r in results:
         recalls = [f"{100 * r.recalls[k]:.2f}" if k in r.recalls else "-" for k in ks]
@@ -175,6 +176,20 @@ def pick_queries(result: RetrievalResult, num_queries: int, seed: int = 0) -> li
     return sorted(int(q) for q in chosen)
 
 
+def grid_rows_caption(result: RetrievalResult, rows: Sequence[int], *, picked: bool) -> str:
+    """How the rows of a retrieval grid were chosen, for its title: :func:`pick_queries` draws failures on
+    purpose, so the grid is no sample of the model's accuracy and must say so (with the true R@1)."""
+    rs = result.retrieval_set
+    assert rs is not None
+    right = sum(1 for q in rows if result.predictions[q, 0] in rs.positives[q])
+    counts = f"{right} right at rank 1, {len(rows) - right} wrong"
+    if not picked:
+        return f"rows: the {len(rows)} queries asked for ({counts})"
+    top1 = np.array([result.predictions[q, 0] in rs.positives[q] for q in range(rs.num_queries)])
+    return (f"rows chosen to show failures, not a random sample: {counts} "
+            f"(R@1 over all {rs.num_queries} queries: {100 * top1.mean():.2f} %)")
+
+
 def plot_retrievals(
     result: RetrievalResult,
     path: str | Path,
@@ -204,7 +219,8 @@ def retrievals_figure(
     titled with its rank; the last column shows the query's first positive (dashed frame) and the
     rank at which it was retrieved.
 
-    ``queries`` picks the rows; by default :func:`pick_queries` mixes successes and failures at rank 1.
+    ``queries`` picks the rows; by default :func:`pick_queries` mixes successes and failures at rank 1,
+    and the title says so (:func:`grid_rows_caption`).
     """
     rs = result.retrieval_set
     if rs is None:
@@ -245,6 +261,6 @@ def retrievals_figure(
                 spine.set_linestyle(style)
             axes.set_title(label, fontsize=8, color=colour)
     figure.suptitle(f"{result.name}: query (blue), top-{k} retrievals (green = positive, red = not), "
-                    "first positive (dashed)", fontsize=10)
+                    f"first positive (dashed)\n{grid_rows_caption(result, rows, picked=queries is None)}", fontsize=10)
     figure.tight_layout()
     return figure

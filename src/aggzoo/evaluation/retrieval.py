@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ __all__ = [
     "first_correct_rank",
     "recall_curve",
     "recall_at_k",
+    "ks_beyond_database",
     "evaluate_retrieval",
     "result_from_predictions",
     "faiss_available",
@@ -464,6 +465,14 @@ def recall_curve(predictions: np.ndarray, positives: Sequence[np.ndarray]) -> np
     return np.cumsum(counts) / max(len(ranks), 1)
 
 
+def ks_beyond_database(ks: Iterable[int], num_database: int) -> list[int]:
+    """The cut-offs of ``ks`` above the database size. The one rule for them, everywhere Recall@k is
+    computed (test, ``eval.py``, validation): ``k >= 1`` is required (the config check refuses less), and
+    a ``k`` above the database size is reported as Recall@N_db (the whole database is retrieved), with a
+    note under the results table that names these ``k``."""
+    return sorted(int(k) for k in ks if int(k) > num_database)
+
+
 def recall_at_k(
     predictions: np.ndarray,
     positives: Sequence[np.ndarray],
@@ -561,7 +570,7 @@ def evaluate_retrieval(
 
     Args:
         ks: Recall@k cut-offs; those larger than the database are reported as Recall@N_db
-            (everything retrieved).
+            (everything retrieved; :func:`ks_beyond_database`).
         whitening: a fitted :class:`~aggzoo.evaluation.postprocess.PCAWhitening` applied to both
             descriptor sets before the search (fit it on training images, never on the benchmark).
         rerank: e.g. :class:`~aggzoo.evaluation.postprocess.SuperGlobalRerank`; the search then

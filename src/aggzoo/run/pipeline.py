@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
+from aggzoo.data.place_split import val_split_from_config
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
 from aggzoo.errors import CheckpointNotFoundError, ConfigError, DatasetLayoutError, RunFolderError, UserError
@@ -48,6 +49,7 @@ from aggzoo.run.run_folder import (
     release_run_folder,
     unwritable_folder_message,
 )
+from aggzoo.run.train_report import NO_TRAINING_NOTE, closing_for, trained_row_label
 from aggzoo.training.callbacks import UntrainedBaseline
 from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
 from aggzoo.training.datamodule import VPRDataModule
@@ -155,6 +157,9 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
     train_dataset = instantiate(data.train)(transform=augment)
     test_transform = eval_transform(data.eval_image_size, **norm)
     val_sets = load_benchmarks(cfg.get("val_benchmarks"))
+    if data.get("val_split"):  # validation places carved off the training data (data/place_split.py); first = monitored
+        held = val_split_from_config(train_dataset, OmegaConf.to_container(data.val_split, resolve=True))
+        val_sets = {held.name: held, **val_sets}
     test_sets = load_benchmarks(cfg.get("test_benchmarks"))
     datamodule = VPRDataModule(train_dataset=train_dataset, val_sets=val_sets, eval_transform=test_transform,
                                places_per_batch=data.places_per_batch, num_workers=data.num_workers,
@@ -325,20 +330,26 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
         module.load_state_dict(read_checkpoint(best).contents["state_dict"])  # the one reader, for our own file too
     table_rows: list[tuple[str, list[RetrievalResult]]] = []
     if test_sets:
+        if trainer.global_step == 0:
+            print(NO_TRAINING_NOTE)  # max_epochs=0: what follows must not be called trained
         trained = _evaluate_all(model, test_sets, test_transform, cfg, _device())
         results["test"] = trained
-        table_rows = [*_baseline_rows(baseline), ("trained", trained)]
-        if baseline.results:
+        # With no training step the tested model is the untrained one: no separate untrained row then.
+        baseline_rows = [row for row in _baseline_rows(baseline) if trainer.global_step > 0 or row[0] != "untrained"]
+        table_rows = [*baseline_rows, (trained_row_label(trainer.global_step), trained)]
+        if baseline.results and trainer.global_step > 0:
             results["baseline"] = baseline.results
         if baseline.pooling_results:
             results["baseline_global_pooling"] = baseline.pooling_results
-        print(_comparison_table(table_rows))
+        chosen = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
+        print(_comparison_table(table_rows, chosen_on_validation=chosen))
         if notes := result_notes(trained):
             print("\n".join(notes))
         write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json",
                    labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
     results["seconds"] = time.perf_counter() - started
     summarise(DONE, table_rows, best)
+    print("\n".join(closing_for(cfg, trainer, out_dir)))  # where everything is, and the command to run next
     log.info("train job finished in %.1f s", results["seconds"])
     return results
 
@@ -442,10 +453,13 @@ _ROW_TITLES = {
 }
 
 
-def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]]) -> str:
+def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]], *, chosen_on_validation: bool = True) -> str:
+    titles = dict(_ROW_TITLES)
+    if not chosen_on_validation:  # no validation set: ModelCheckpoint chose nothing, the last checkpoint was tested
+        titles["trained"] = "trained (last checkpoint: no validation metric chose a best one)"
     lines = []
     for label, rs in rows:
-        lines.append(f"== {_ROW_TITLES.get(label, label)} ==")
+        lines.append(f"== {titles.get(label, label)} ==")
         lines.append(format_table(rs))
     return "\n".join(lines)
 

@@ -42,6 +42,7 @@ from torch import nn
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable, scan_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError, PreflightError, UserError
+from aggzoo.evaluation.retrieval import ks_beyond_database
 from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
@@ -402,6 +403,10 @@ def result_notes(results: Sequence[Any], bad_images_list: Path | None = None) ->
     """Lines to print under a results table: queries without positives and skipped images."""
     lines = []
     for r in results:
+        if beyond := ks_beyond_database(r.recalls, r.num_database):
+            lines.append(f"note: {r.name}: recall_ks {beyond} exceed its {r.num_database} database images; R@k for "
+                         f"k >= {r.num_database} counts the whole database (= R@{r.num_database}), so it says nothing "
+                         "about the model")
         if r.queries_without_positive:
             lines.append(f"note: {r.name}: {r.queries_without_positive} of {r.num_queries} queries have no positive; "
                          "they count as misses (as in the standard protocols)")

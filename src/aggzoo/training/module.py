@@ -323,7 +323,8 @@ class VPRLightningModule(L.LightningModule):
             k = min(max(self.recall_ks), num_db)
             predictions = search(descriptors[:num_db], descriptors[num_db:], k)
             self.val_predictions[name] = predictions
-            recalls = recall_at_k(predictions, positives, ks=[k_ for k_ in self.recall_ks if k_ <= num_db])
+            # The one rule of evaluation.retrieval.ks_beyond_database: a k above the set's size is R@num_db.
+            recalls = recall_at_k(predictions, positives, ks=self.recall_ks, num_database=num_db)
             for k_, value in recalls.items():
                 self.log(f"val/{name}/R@{k_}", value, prog_bar=(k_ == 1), add_dataloader_idx=False, sync_dist=True)
             if index == 0:

@@ -1,0 +1,102 @@
+"""What the train job tells a user when it ends: which row of its test table is which model, and where
+its run folder and checkpoints are and what to run next.
+
+Kept apart from :mod:`aggzoo.run.pipeline` so that the job's wording has one home and is testable
+without training.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import lightning.pytorch as L
+from omegaconf import DictConfig
+
+__all__ = ["NO_TRAINING_NOTE", "closing_for", "closing_lines", "eval_command", "trained_row_label"]
+
+#: printed above the test table when the fit ran no optimisation step (trainer.max_epochs=0, a
+#: limit_train_batches=0, or a resumed run that was already complete)
+NO_TRAINING_NOTE = ("note: no training step ran (trainer.global_step is 0, e.g. trainer.max_epochs=0), so the "
+                    "model tested below is the untrained one (after any data-driven init); no checkpoint was written")
+
+
+def trained_row_label(global_step: int) -> str:
+    """The ``run_summary.json`` / ``test_results.json`` label of the model tested after ``fit``: ``trained``
+    only when an optimisation step ran, else ``untrained`` (it is the model as initialised)."""
+    return "trained" if global_step > 0 else "untrained"
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working folder when it lies inside it (shorter to copy), else absolute."""
+    try:
+        return os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd().resolve()) else str(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+def eval_command(checkpoint: Path, benchmarks: Sequence[str], image_size: Sequence[int],
+                 extra: Sequence[str] = ()) -> str:
+    """``python eval.py ckpt_path=... benchmark=...`` that evaluates ``checkpoint`` as the train job did
+    (the same benchmarks and evaluation size; ``extra`` overrides such as ``synthetic=tiny``)."""
+    names = list(benchmarks)
+    selected = names[0] if len(names) == 1 else "[" + ",".join(names) + "]"
+    parts = ["python eval.py", f"ckpt_path={_shown(checkpoint)}"]
+    if names:
+        parts.append(f"benchmark={selected}" if len(names) == 1 else f'"benchmark={selected}"')
+    parts.append(f"image_size=[{','.join(str(int(s)) for s in image_size)}]")
+    return " ".join([*parts, *extra])
+
+
+def closing_lines(run_dir: Path, best: Path | None, last: Path | None, *, monitor: str | None,
+                  best_score: float | None, benchmarks: Sequence[str], image_size: Sequence[int],
+                  extra: Sequence[str] = (), files: Mapping[str, Path] | None = None) -> list[str]:
+    """The last lines of ``train.py``: the run folder, the best and the last checkpoint (and on what the
+    best was chosen), the result files, and the eval command to run next.
+
+    Args:
+        best, last: ``ModelCheckpoint``'s ``best_model_path`` and ``last_model_path`` (None when empty).
+        monitor, best_score: the metric the best checkpoint was chosen on and its value (a fraction
+            for ``val/R@k``, printed in percent).
+        files: ``{"what": path}`` of result files to name (``run_summary.json``, ...), shown when they exist.
+    """
+    lines = [f"run folder:       {_shown(run_dir)}"]
+    if best is not None:
+        score = "" if best_score is None else (
+            f" = {100 * best_score:.2f} %" if monitor and "R@" in monitor else f" = {best_score:.4g}")
+        lines.append(f"best checkpoint:  {_shown(best)} (chosen on {monitor}{score})")
+    elif last is not None:
+        lines.append(f"best checkpoint:  none (no validation metric {monitor or ''} to choose on: the last checkpoint "
+                     "was tested; add a validation set, e.g. data.val_split, to select one)")
+    lines.append(f"last checkpoint:  {_shown(last)}" if last is not None
+                 else "last checkpoint:  none (no training step ran)")
+    for what, path in (files or {}).items():
+        if Path(path).is_file():
+            lines.append(f"{what + ':':<17} {_shown(path)}")
+    target = best if best is not None else last
+    if target is not None:
+        lines.append("next:             " + eval_command(Path(target), benchmarks, image_size, extra))
+    return lines
+
+
+def closing_for(cfg: DictConfig, trainer: L.Trainer, run_dir: Path) -> list[str]:
+    """:func:`closing_lines` of a finished ``train(cfg)``: the checkpoints its ``ModelCheckpoint`` wrote and
+    an eval command with the same test benchmarks, evaluation size and synthetic city."""
+    from hydra.core.hydra_config import HydraConfig
+
+    ckpt = trainer.checkpoint_callback
+    best = Path(ckpt.best_model_path) if ckpt is not None and getattr(ckpt, "best_model_path", "") else None
+    last = Path(ckpt.last_model_path) if ckpt is not None and getattr(ckpt, "last_model_path", "") else None
+    score = getattr(ckpt, "best_model_score", None)
+    extra = []
+    if HydraConfig.initialized():
+        # the eval job builds the synthetic city from the same group (conf/eval.yaml has synthetic: default)
+        synthetic = HydraConfig.get().runtime.choices.get("synthetic")
+        if synthetic and synthetic != "default":
+            extra.append(f"synthetic={synthetic}")
+    return closing_lines(run_dir, best, last, monitor=getattr(ckpt, "monitor", None),
+                         best_score=float(score) if score is not None else None,
+                         benchmarks=[str(name) for name in (cfg.get("test_benchmarks") or {})],
+                         image_size=list(cfg.data.eval_image_size), extra=extra,
+                         files={"results": run_dir / "test_results.json", "run summary": run_dir / "run_summary.json"})
