@@ -1,0 +1,73 @@
+"""Official checkpoints of Lu-Feng's methods (SuperVLAD, 1-cluster VLAD): a file with the upstream key
+names and shapes (each converter's docstring cites the upstream files) loads strictly and every
+tensor lands where it belongs. The ViT is cut to 2 blocks (block keys are renamed by index)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from official_layouts import DINOV2_DIM, Shapes, assert_placed, dinov2_hub, fill, multihead_attention, prefixed, save
+
+import aggzoo
+from aggzoo.errors import StateDictMismatchError
+
+DEPTH = 2
+SMALL_VIT = {"depth": DEPTH, "frozen_stages": 0}
+C = DINOV2_DIM
+
+
+def cross_image_encoder(prefix: str, *, layers: int = 2, ffn: int = 2048) -> Shapes:
+    """``nn.TransformerEncoder(nn.TransformerEncoderLayer(768, 16, 2048), 2)`` names (Lu-Feng/SuperVLAD
+    ``model/network.py``, Lu-Feng/CricaVPR ``network.py``)."""
+    out: Shapes = []
+    for i in range(layers):
+        p = f"{prefix}layers.{i}."
+        out += multihead_attention(p + "self_attn.", C)
+        out += [(p + "linear1.weight", (ffn, C)), (p + "linear1.bias", (ffn,)),
+                (p + "linear2.weight", (C, ffn)), (p + "linear2.bias", (C,)),
+                (p + "norm1.weight", (C,)), (p + "norm1.bias", (C,)),
+                (p + "norm2.weight", (C,)), (p + "norm2.bias", (C,))]
+    return out
+
+
+def _data_parallel_file(upstream: dict[str, torch.Tensor], path: Path) -> Path:
+    # train.py / util.py: torch.save({"model_state_dict": DataParallel(model).state_dict(), ...})
+    return save({"model_state_dict": {f"module.{k}": v for k, v in upstream.items()}, "epoch_num": 3}, path)
+
+
+def _supervlad_mapping(upstream: dict[str, torch.Tensor]) -> dict[str, str | None]:
+    mapping: dict[str, str | None] = {}
+    for key in upstream:
+        if key == "backbone.mask_token":
+            mapping[key] = None
+        elif key.startswith("backbone."):
+            mapping[key] = key.replace("backbone.", "backbone.model.", 1)
+        else:
+            mapping[key] = "head." + key.replace("aggregation.", "", 1)
+    return mapping
+
+
+@pytest.mark.parametrize(("name", "clusters", "encoder", "dim"), [
+    ("supervladcross_dinov2_vitb14", 4 + 1, True, 3072),
+    ("supervlad1_dinov2_vitb14", 1 + 2, False, 768),
+])
+def test_supervlad_official(tmp_path: Path, name: str, clusters: int, encoder: bool, dim: int) -> None:
+    shapes = prefixed("backbone.", dinov2_hub(DEPTH)) + [("aggregation.conv.weight", (clusters, C, 1, 1))]
+    if encoder:
+        shapes += cross_image_encoder("encoder.")
+    upstream = fill(shapes)
+    path = _data_parallel_file(upstream, tmp_path / "SuperVLAD.pth")
+    model = aggzoo.create_model(f"{name}.official", checkpoint_path=path, backbone_kwargs=SMALL_VIT)
+    transformed = {"backbone.model.pos_embed": upstream["backbone.pos_embed"]}
+    assert_placed(model, upstream, _supervlad_mapping(upstream), transformed)
+    assert model.out_dim == dim and model.head.batch_dependent == encoder
+
+
+def test_supervlad_checkpoint_of_the_other_variant_is_refused(tmp_path: Path) -> None:
+    # The 1-cluster file (3 assignment rows, no encoder) is not the cross-image model: strict load names it.
+    shapes = prefixed("backbone.", dinov2_hub(DEPTH)) + [("aggregation.conv.weight", (3, C, 1, 1))]
+    path = _data_parallel_file(fill(shapes), tmp_path / "1-clusterVLAD.pth")
+    with pytest.raises(StateDictMismatchError, match="head.encoder.layers.0"):
+        aggzoo.create_model("supervladcross_dinov2_vitb14.official", checkpoint_path=path, backbone_kwargs=SMALL_VIT)
