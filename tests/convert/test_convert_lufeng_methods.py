@@ -71,3 +71,43 @@ def test_supervlad_checkpoint_of_the_other_variant_is_refused(tmp_path: Path) ->
     path = _data_parallel_file(fill(shapes), tmp_path / "1-clusterVLAD.pth")
     with pytest.raises(StateDictMismatchError, match="head.encoder.layers.0"):
         aggzoo.create_model("supervladcross_dinov2_vitb14.official", checkpoint_path=path, backbone_kwargs=SMALL_VIT)
+
+
+def _bn(prefix: str, channels: int) -> Shapes:
+    return [(prefix + "weight", (channels,)), (prefix + "bias", (channels,)), (prefix + "running_mean", (channels,)),
+            (prefix + "running_var", (channels,)), (prefix + "num_batches_tracked", ())]
+
+
+def multiconv_adapter(prefix: str) -> Shapes:
+    """Lu-Feng/CricaVPR ``backbone/dinov2/block.py``: ``MulConvAdapter(768, 384, 192, 24, 96, 24, 96)``."""
+    out: Shapes = [(prefix + "D_fc1.weight", (384, C)), (prefix + "D_fc1.bias", (384,))]
+    for name, c_in, c_out, k in [("branch1.", 384, 192, 1), ("branch2.0.", 384, 24, 1), ("branch2.1.", 24, 96, 3),
+                                 ("branch3.0.", 384, 24, 1), ("branch3.1.", 24, 96, 5)]:
+        out += [(prefix + name + "conv.weight", (c_out, c_in, k, k)), (prefix + name + "conv.bias", (c_out,))]
+        out += _bn(prefix + name + "bn.", c_out)
+    return out + [(prefix + "D_fc2.weight", (C, 384)), (prefix + "D_fc2.bias", (C,))]
+
+
+def test_cricavpr_official(tmp_path: Path) -> None:
+    shapes = prefixed("backbone.", dinov2_hub(DEPTH))
+    for block in range(DEPTH):
+        shapes += multiconv_adapter(f"backbone.blocks.{block}.adapter.")
+    shapes += [("aggregation.1.p", (1,))] + cross_image_encoder("encoder.")
+    upstream = fill(shapes)
+    path = _data_parallel_file(upstream, tmp_path / "CricaVPR.pth")
+    model = aggzoo.create_model("cricavpr_dinov2_vitb14.official", checkpoint_path=path,
+                                backbone_kwargs={"depth": DEPTH})
+    mapping: dict[str, str | None] = {}
+    for key in upstream:
+        if ".adapter." in key:
+            block, rest = key.removeprefix("backbone.blocks.").split(".adapter.")
+            mapping[key] = f"backbone.adapters.{block}.{rest}"
+        elif key == "backbone.mask_token":
+            mapping[key] = None
+        elif key.startswith("backbone."):
+            mapping[key] = key.replace("backbone.", "backbone.model.", 1)
+        else:
+            mapping[key] = "head." + key.replace("aggregation.1.", "gem.", 1)
+    transformed = {"backbone.model.pos_embed": upstream["backbone.pos_embed"]}
+    assert_placed(model, upstream, mapping, transformed)
+    assert model.out_dim == 10752 and model.head.batch_dependent

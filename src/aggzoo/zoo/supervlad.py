@@ -38,6 +38,7 @@ from aggzoo.models.heads.supervlad import SuperVLAD
 from aggzoo.zoo._backbones import DINOV2_EVAL_SIZE, DINOV2_VITB14, adapt_dinov2_embeddings, dinov2_rules, head, vpr
 
 __all__ = [
+    "CROSS_IMAGE_ENCODER_RULES",
     "SUPERVLAD_RULES",
     "convert_supervlad",
     "supervlad1_dinov2_vitb14",
@@ -45,11 +46,13 @@ __all__ = [
     "supervladcross_dinov2_vitb14",
 ]
 
-SUPERVLAD_RULES = [
-    (r"aggregation\.conv\.weight", "head.conv.weight"),
+#: torch's nn.TransformerEncoder names of the cross-image encoder (``encoder.``), kept under ``head.``;
+#: CricaVPR's file holds the same module under the same name.
+CROSS_IMAGE_ENCODER_RULES = [
     (r"(encoder\.layers\.\d+\.(?:self_attn\.(?:in_proj_weight|in_proj_bias|out_proj\.weight|out_proj\.bias)"
      r"|(?:linear[12]|norm[12])\.(?:weight|bias)))", r"head.\1"),
 ]
+SUPERVLAD_RULES = [(r"aggregation\.conv\.weight", "head.conv.weight"), *CROSS_IMAGE_ENCODER_RULES]
 
 
 def convert_supervlad(state: Mapping[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
