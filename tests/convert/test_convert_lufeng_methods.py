@@ -111,3 +111,42 @@ def test_cricavpr_official(tmp_path: Path) -> None:
     transformed = {"backbone.model.pos_embed": upstream["backbone.pos_embed"]}
     assert_placed(model, upstream, mapping, transformed)
     assert model.out_dim == 10752 and model.head.batch_dependent
+
+
+def test_selavpr_official_with_registers(tmp_path: Path) -> None:
+    # Lu-Feng/SelaVPR network.py + backbone/dinov2/block.py at ViT-L (C = 1024), --registers.
+    dim = 1024
+    # dinov2_hub writes ViT-B widths: C, 3C (qkv) and 4C (MLP) become ViT-L's.
+    widths = {C: dim, 3 * C: 3 * dim, 4 * C: 4 * dim}
+    shapes = [(k, tuple(widths.get(d, d) for d in s)) for k, s in prefixed("backbone.", dinov2_hub(DEPTH, registers=4))]
+    for block in range(DEPTH):
+        for adapter in ("adapter1", "adapter2"):
+            p = f"backbone.blocks.{block}.{adapter}."
+            shapes += [(p + "D_fc1.weight", (512, dim)), (p + "D_fc1.bias", (512,)),
+                       (p + "D_fc2.weight", (dim, 512)), (p + "D_fc2.bias", (dim,))]
+    shapes += [("aggregation.1.p", (1,)), ("LocalAdapt.upconv1.weight", (dim, 256, 3, 3)),
+               ("LocalAdapt.upconv1.bias", (256,)), ("LocalAdapt.upconv2.weight", (256, 128, 3, 3)),
+               ("LocalAdapt.upconv2.bias", (128,))]
+    upstream = fill(shapes)
+    path = _data_parallel_file(upstream, tmp_path / "SelaVPR_reg4_msls.pth")
+    model = aggzoo.create_model("selavpr_dinov2_vitl14_reg4.official", checkpoint_path=path,
+                                backbone_kwargs={"depth": DEPTH})
+    mapping: dict[str, str | None] = {}
+    for key in upstream:
+        if ".adapter" in key:
+            block, rest = key.removeprefix("backbone.blocks.").split(".", 1)
+            mapping[key] = f"backbone.adapters.{block}.{rest}"
+        elif key == "backbone.mask_token":
+            mapping[key] = None
+        elif key == "backbone.register_tokens":
+            mapping[key] = "backbone.model.reg_token"
+        elif key.startswith("backbone."):
+            mapping[key] = key.replace("backbone.", "backbone.model.", 1)
+        else:
+            mapping[key] = "head." + key.replace("aggregation.1.", "gem.").replace("LocalAdapt.", "local_adapt.")
+    pos = upstream["backbone.pos_embed"]
+    # timm's register models keep the class position in the class token (no_embed_class).
+    transformed = {"backbone.model.cls_token": upstream["backbone.cls_token"] + pos[:, :1],
+                   "backbone.model.pos_embed": pos[:, 1:]}
+    assert_placed(model, upstream, mapping, transformed)
+    assert model.out_dim == 1024

@@ -18,6 +18,8 @@ from omegaconf import OmegaConf
 
 from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
 from aggzoo.models.backbones.lopa import LoPAViT
+from aggzoo.models.backbones.multiconv_adapter import MultiConvAdapterViT
+from aggzoo.models.backbones.sela_adapter import SelaAdapterViT
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.vpr_model import VPRModel
 
@@ -129,6 +131,8 @@ TOKEN_HEADS = {
     "edtformer": (LoPAViT, {}), "image": (AggregationTokenViT, {}),
     "supervlad": (TimmBackbone, {}), "supervladcross": (TimmBackbone, {"encoder_ffn_dim": 64}),
     "supervlad1": (TimmBackbone, {}),
+    "cricavpr": (MultiConvAdapterViT, {"encoder_ffn_dim": 64}),
+    "selavpr": (SelaAdapterViT, {"local_hidden": 16, "local_dim": 8}),
 }
 
 
@@ -151,5 +155,5 @@ def test_token_heads_run_on_a_tiny_dinov3(name: str) -> None:
     assert out.shape == (3, model.out_dim) and torch.isfinite(out).all()
     torch.testing.assert_close(out.norm(dim=1), torch.ones(3), atol=1e-4, rtol=0)
     out.sum().backward()
-    trained = [p for p in model.head.parameters() if p.requires_grad]
-    assert all(p.grad is not None for p in trained)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert trained and all(p.grad is not None for p in trained)
