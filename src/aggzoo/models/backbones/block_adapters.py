@@ -49,16 +49,20 @@ class AdaptedViT(TimmBackbone):
     Args:
         model_name: a timm ViT (DINOv2 ``vit_base_patch14_dinov2``, DINOv3 ``vit_*_patch16_dinov3``...).
         pretrained: load the ViT's pretrained weights.
+        frozen_stages: ``None`` (upstream) freezes the whole ViT, final norm included, so that only the
+            adapters train; an integer freezes that many leading levels as :class:`TimmBackbone` does.
         **model_kwargs: passed to ``timm.create_model`` (``img_size``, ``dynamic_img_size``, ``depth``...).
     """
 
-    def __init__(self, model_name: str, *, pretrained: bool = False, **model_kwargs: Any) -> None:
-        super().__init__(model_name, pretrained=pretrained, out_indices=(-1,), final_norm=True, frozen_stages=0,
-                         **model_kwargs)
+    def __init__(self, model_name: str, *, pretrained: bool = False, frozen_stages: int | None = None,
+                 **model_kwargs: Any) -> None:
+        super().__init__(model_name, pretrained=pretrained, out_indices=(-1,), final_norm=True,
+                         frozen_stages=frozen_stages or 0, **model_kwargs)
         if not self.is_vit:
             raise ValueError(f"{type(self).__name__} needs a timm ViT, got {model_name!r}")
-        self.model.requires_grad_(False)
-        self._frozen_modules = [m for m in self.model.modules() if not list(m.children())]
+        if frozen_stages is None:
+            self.model.requires_grad_(False)
+            self._frozen_modules = [m for m in self.model.modules() if not list(m.children())]
 
     def adapted_block(self, index: int, block: nn.Module, x: Tensor, rope: Tensor | None,
                       grid: tuple[int, int]) -> Tensor:

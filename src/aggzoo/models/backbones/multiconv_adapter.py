@@ -82,6 +82,7 @@ class MultiConvAdapterViT(AdaptedViT):
         model_name: a timm ViT (CricaVPR: ``vit_base_patch14_dinov2``).
         adapter_scale: the factor of the adapter branch (upstream 0.2).
         pretrained: load the ViT's pretrained weights.
+        frozen_stages: ``None`` (upstream): the whole ViT frozen; see :class:`AdaptedViT`.
         **model_kwargs: passed to ``timm.create_model``.
 
     Shapes: ``x: [B, 3, H, W] -> Features(maps=([B, C, H/p, W/p],), cls=[B, C])``. Adapters are
@@ -89,8 +90,8 @@ class MultiConvAdapterViT(AdaptedViT):
     """
 
     def __init__(self, model_name: str, *, adapter_scale: float = 0.2, pretrained: bool = False,
-                 **model_kwargs: Any) -> None:
-        super().__init__(model_name, pretrained=pretrained, **model_kwargs)
+                 frozen_stages: int | None = None, **model_kwargs: Any) -> None:
+        super().__init__(model_name, pretrained=pretrained, frozen_stages=frozen_stages, **model_kwargs)
         self.adapter_scale = adapter_scale
         self.adapters = nn.ModuleList(MultiConvAdapter(self.out_channels) for _ in self.model.blocks)
 

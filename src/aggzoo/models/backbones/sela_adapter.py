@@ -60,6 +60,7 @@ class SelaAdapterViT(AdaptedViT):
         model_name: a timm ViT (SelaVPR: ``vit_large_patch14_dinov2``, or ``..._reg4_dinov2``).
         adapter_scale: the factor of the parallel adapter (upstream 0.2).
         pretrained: load the ViT's pretrained weights.
+        frozen_stages: ``None`` (upstream): the whole ViT frozen; see :class:`AdaptedViT`.
         **model_kwargs: passed to ``timm.create_model``.
 
     Shapes: ``x: [B, 3, H, W] -> Features(maps=([B, C, H/p, W/p],), cls=[B, C])``. Adapters are
@@ -67,8 +68,8 @@ class SelaAdapterViT(AdaptedViT):
     """
 
     def __init__(self, model_name: str, *, adapter_scale: float = 0.2, pretrained: bool = False,
-                 **model_kwargs: Any) -> None:
-        super().__init__(model_name, pretrained=pretrained, **model_kwargs)
+                 frozen_stages: int | None = None, **model_kwargs: Any) -> None:
+        super().__init__(model_name, pretrained=pretrained, frozen_stages=frozen_stages, **model_kwargs)
         self.adapter_scale = adapter_scale
         self.adapters = nn.ModuleList(SelaBlockAdapters(self.out_channels) for _ in self.model.blocks)
 
