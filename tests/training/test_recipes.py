@@ -24,11 +24,12 @@ RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem 
 #: recipe -> its row label in REFERENCE.md section 3 (recipes without a row there: None)
 TABLE_ROW = {"convap_resnet50": "ConvAP R50", "mixvpr_resnet50": "MixVPR R50", "salad_dinov2": "SALAD DINOv2",
              "boq_dinov2": "BoQ DINOv2", "image_dinov2": "ImAge", "boq_resnet50": None,
-             "cosplace_resnet50": None, "netvlad_resnet50": None, "edtformer_dinov2": None}
+             "cosplace_resnet50": None, "netvlad_resnet50": None, "edtformer_dinov2": None,
+             "supervlad_dinov2": None, "cricavpr_dinov2": None}
 #: recipe -> its row label in REFERENCE.md section 5 (descriptor size in parentheses)
 RESULT_ROW = {"convap_resnet50": "ResNet50-ConvAP", "mixvpr_resnet50": "ResNet50-MixVPR",
               "salad_dinov2": "DINOv2-SALAD", "boq_dinov2": "DINOv2-BoQ", "boq_resnet50": "ResNet50-BoQ",
-              "image_dinov2": "ImAge GSV"}
+              "image_dinov2": "ImAge GSV", "supervlad_dinov2": "SuperVLAD†"}
 OPTIMIZERS = {"Adam": "torch.optim.Adam", "AdamW": "torch.optim.AdamW", "SGD": "torch.optim.SGD"}
 
 
@@ -110,12 +111,16 @@ def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> Non
         assert ("layer2" in trainable) == (recipe == "boq_resnet50")  # BoQ unfreezes 2 of the cropped stages
     else:  # DINOv2: SALAD trains the last 4 blocks + final norm, BoQ the last 2 without it, ImAge 8-11,
         # EDTformer none (its LoPA adapters beside the frozen ViT train instead)
-        expected = {"salad_dinov2": 4, "boq_dinov2": 2, "image_dinov2": 4, "edtformer_dinov2": 0}[recipe]
+        expected = {"salad_dinov2": 4, "boq_dinov2": 2, "image_dinov2": 4, "edtformer_dinov2": 0,
+                    "supervlad_dinov2": 4, "cricavpr_dinov2": 0}[recipe]
         assert _trainable_blocks(model) == expected
         assert cfg.backbone.get("final_norm", True) == (recipe != "boq_dinov2")
         if recipe == "edtformer_dinov2":
             trainable = {n.split(".")[0] for n, p in model.backbone.named_parameters() if p.requires_grad}
             assert trainable == {"adapters"} and model.out_dim == 4096
+        if recipe == "cricavpr_dinov2":  # 10752 before the optional PCA (REFERENCE lists the 4096 after it)
+            trainable = {n.split(".")[0] for n, p in model.backbone.named_parameters() if p.requires_grad}
+            assert trainable == {"adapters"} and model.out_dim == 10752 and model.head.batch_dependent
 
 
 #: tiny stand-ins per backbone family (the recipe keeps its head, optimiser, schedule and augmentation)
@@ -126,7 +131,8 @@ STAND_INS = {
     "vit_base_patch14_reg4_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
                                      "backbone.insert_before_block=4"],
 }
-HEAD_FIT = {"mixvpr_resnet50": ["head.in_h=2", "head.in_w=3"], "salad_dinov2": ["++head.num_clusters=4"]}
+HEAD_FIT = {"mixvpr_resnet50": ["head.in_h=2", "head.in_w=3"], "salad_dinov2": ["++head.num_clusters=4"],
+            "cricavpr_dinov2": ["++head.grids=[1,2]"]}  # a 2 x 3 map at 32 x 48 holds no 3 x 3 grid
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

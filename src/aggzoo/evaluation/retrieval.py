@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
+from aggzoo.evaluation.batch_dependence import batch_dependence_record
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
 from aggzoo.models.modes import evaluating
 
@@ -115,6 +116,8 @@ def extract_descriptors(
     """
     home = _model_device(model)
     device = torch.device(device) if device is not None else home
+    # File order, never shuffled: batch-dependent heads (cross-image encoders) give other descriptors
+    # for other batch compositions (aggzoo.evaluation.batch_dependence).
     loader = DataLoader(
         ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers,
         pin_memory=device.type == "cuda", persistent_workers=False,
@@ -584,6 +587,7 @@ def evaluate_retrieval(
     See :func:`extract_descriptors` (``batch_size``, ``num_workers``, ``device``, ``dtype``,
     ``autocast_dtype``) and :func:`search` (``index``, ``search_params``, ``use_gpu``) for the others.
     """
+    batch_record = batch_dependence_record(model, batch_size, name=retrieval_set.name)
     start = time.perf_counter()
     extract = dict(batch_size=batch_size, num_workers=num_workers, device=device, dtype=dtype,
                    autocast_dtype=autocast_dtype, progress=progress)
@@ -617,6 +621,7 @@ def evaluate_retrieval(
         extraction_seconds=extracted - start, search_seconds=searched - extracted,
         database_descriptors=database if keep_descriptors else None,
         query_descriptors=queries if keep_descriptors else None,
+        extras=batch_record,
     )
 
 

@@ -44,7 +44,7 @@ class DataInitDeclaring:
     data_init: ClassVar[DataInit] = "none"
     #: declarations, not part of the forward: TorchScript must not compile them (``torch.jit.script``)
     __jit_unused_properties__: ClassVar[list[str]] = [
-        "kmeans_clusters", "required_map_size", "required_tokens", "min_positions"]
+        "kmeans_clusters", "required_map_size", "required_tokens", "min_positions", "batch_dependent"]
 
     @property
     def kmeans_clusters(self) -> int | None:

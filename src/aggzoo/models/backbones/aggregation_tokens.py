@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aggzoo.layers.rope import unrotated_prefix
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.data_init import DataInit
 from aggzoo.models.features import Features
@@ -122,16 +123,21 @@ class AggregationTokenViT(TimmBackbone):
         frozen_params = [getattr(model, name, None) for name in ("cls_token", "reg_token", "pos_embed")]
         frozen_params = [p for p in frozen_params if p is not None]
         frozen_params += [p for m in (model.patch_embed, *frozen) for p in m.parameters()]
+        rope = self.rotary_embedding((height, width))  # None unless a RoPE ViT (DINOv3)
         with torch.set_grad_enabled(torch.is_grad_enabled() and any(p.requires_grad for p in frozen_params)):
             x = self.embed_tokens(images)
             for block in frozen:
-                x = self.run_block(block, x)
+                x = self.run_block(block, x, rope)
         num_tokens = 0
         if insert_tokens:
             num_tokens = self.num_tokens
             x = torch.cat([self.aggregation_tokens.expand(batch, -1, -1).to(x.dtype), x], dim=1)
+            if rope is not None:
+                # The tokens carry no position (as with DINOv2's additive embedding): unrotated, like
+                # the class and storage tokens that Eva's attention leaves out of RoPE.
+                rope = unrotated_prefix(rope, num_tokens)
         for block in model.blocks[self.insert_before_block:]:
-            x = self.run_block(block, x)
+            x = self.run_block(block, x, rope)
         x = model.norm(x)
         patch_map = self.patch_map(x, (height, width), start=num_tokens + model.num_prefix_tokens)
         cls = x[:, num_tokens] if getattr(model, "cls_token", None) is not None else None

@@ -81,9 +81,10 @@ class LoPAViT(TimmBackbone):
     def forward(self, x: Tensor) -> Features:
         image_size = (x.shape[-2], x.shape[-1])
         tokens = self.embed_tokens(x)
+        rope = self.rotary_embedding(image_size)  # None unless a RoPE ViT (DINOv3)
         stream = tokens
         for block, adapter in zip(self.model.blocks, self.adapters, strict=True):
-            tokens = self.run_block(block, tokens)
+            tokens = self.run_block(block, tokens, rope)
             stream = adapter(stream + tokens)
         out = self.model.norm(stream)
         return Features(maps=(self.patch_map(out, image_size),), cls=out[:, 0])

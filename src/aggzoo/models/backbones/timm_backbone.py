@@ -206,22 +206,43 @@ class TimmBackbone(DataInitDeclaring, nn.Module):
 
     def embed_tokens(self, images: Tensor) -> Tensor:
         """ViTs: ``[B, 3, H, W] -> [B, prefix + n, C]``, the tokens that enter the first block (patch
-        embedding, class/register tokens prepended, position embedding added, pre-norm)."""
+        embedding, class/register tokens prepended, position embedding added, pre-norm). RoPE ViTs
+        (timm's ``Eva``: DINOv3) rotate inside each block instead: see :meth:`rotary_embedding`."""
         model = self.model
         x = model.patch_embed(images)
         x = model._pos_embed(x)
-        x = model.patch_drop(x)
+        if isinstance(x, tuple):
+            # Eva returns (tokens, rotary embedding) and applies its patch dropout inside; the
+            # embedding is recomputed by rotary_embedding() for the blocks.
+            x = x[0]
+        else:
+            x = model.patch_drop(x)
         return model.norm_pre(x)
 
-    def run_block(self, block: nn.Module, tokens: Tensor) -> Tensor:
-        """One ViT block on ``tokens``, for backbones that loop over the blocks themselves. With timm's
-        gradient checkpointing on (``set_grad_checkpointing``, ``model.gradient_checkpointing=true``) a
-        block that will receive gradients is recomputed in backward instead of storing its activations,
-        as timm's own forward does."""
+    def rotary_embedding(self, image_size: tuple[int, int]) -> Tensor | None:
+        """RoPE ViTs (timm ``Eva``: DINOv3's 2-D RoPE): the ``[n, 2 * head_dim]`` sin/cos table of the patch
+        grid of an ``image_size = (H, W)`` input that every block takes as ``rope=``; ``None`` for ViTs with
+        an additive position embedding. Eva's attention rotates only the tokens after its
+        ``num_prefix_tokens`` (class + storage tokens), so prefix tokens are never rotated."""
+        model = self.model
+        rope = getattr(model, "rope", None)
+        if rope is None:
+            return None
+        if getattr(model, "rope_mixed", False) or getattr(model, "patch_drop", None) is not None:
+            raise ValueError(f"{self.model_name}: mixed-mode RoPE and patch dropout are not supported by "
+                             "backbones that run the ViT blocks themselves")
+        return rope.get_embed(shape=tuple(model.patch_embed.dynamic_feat_size(image_size)))
+
+    def run_block(self, block: nn.Module, tokens: Tensor, rope: Tensor | None = None) -> Tensor:
+        """One ViT block on ``tokens``, for backbones that loop over the blocks themselves; ``rope`` is
+        :meth:`rotary_embedding` for RoPE ViTs. With timm's gradient checkpointing on
+        (``set_grad_checkpointing``, ``model.gradient_checkpointing=true``) a block that will receive
+        gradients is recomputed in backward instead of storing its activations, as timm's own forward does."""
+        kwargs = {} if rope is None else {"rope": rope}
         if (getattr(self.model, "grad_checkpointing", False) and torch.is_grad_enabled()
                 and (tokens.requires_grad or any(p.requires_grad for p in block.parameters()))):
-            return checkpoint(block, tokens, use_reentrant=False)
-        return block(tokens)
+            return checkpoint(block, tokens, use_reentrant=False, **kwargs)
+        return block(tokens, **kwargs)
 
     def patch_map(self, tokens: Tensor, image_size: tuple[int, int], start: int | None = None) -> Tensor:
         """ViTs: the patch tokens of ``tokens [B, start + n, C]`` as a ``[B, C, H/p, W/p]`` map (row-major

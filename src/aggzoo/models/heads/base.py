@@ -44,7 +44,9 @@ class Head(DataInitDeclaring, nn.Module):
       ``"kmeans"`` or ``"pooled"`` initialisation from data before training, with the methods that
       kind calls;
     - :meth:`no_weight_decay` / :meth:`lr_multipliers`: parameter names, relative to the head, that
-      train without weight decay or with a scaled learning rate (timm's ``no_weight_decay()`` pattern).
+      train without weight decay or with a scaled learning rate (timm's ``no_weight_decay()`` pattern);
+    - :attr:`batch_dependent`: an image's descriptor depends on the other images of its batch
+      (CricaVPR's and SuperVLAD's cross-image encoders); evaluation then warns and records it.
     """
 
     out_dim: int
@@ -76,6 +78,12 @@ class Head(DataInitDeclaring, nn.Module):
     def min_positions(self) -> int:
         """The fewest local features ``n = H*W`` of the last map the head accepts."""
         return 1
+
+    @property
+    def batch_dependent(self) -> bool:
+        """Whether a descriptor depends on which images share its batch (then batch size and order
+        are part of the protocol: evaluation keeps the file order and records the batch size)."""
+        return False
 
     def no_weight_decay(self) -> set[str]:
         """Names (or globs) of parameters, relative to the head, to train with ``weight_decay=0``."""
