@@ -139,8 +139,8 @@ class ModelToEvaluate:
 
 def load_model_to_evaluate(cfg: DictConfig) -> ModelToEvaluate | None:
     """The model of ``model=`` and/or ``ckpt_path=`` (``None`` when neither is given: the config's
-    untrained backbone + head). Weights are always loaded; nothing in a file chooses code to run."""
-    refuse_ignored_overrides(cfg)
+    untrained backbone + head). Weights are always loaded; nothing in a file chooses code to run.
+    A file that cannot be used is reported before any override it would make moot."""
     name, ckpt = cfg.get("model"), cfg.get("ckpt_path")
     train_runs = Path(cfg.paths.log_dir) / "train"
     if not name and not ckpt:
@@ -153,11 +153,13 @@ def load_model_to_evaluate(cfg: DictConfig) -> ModelToEvaluate | None:
                               "model= is for loading a file into a registered architecture, model=<arch>[.<tag>])")
         path = Path(model_to_evaluate(str(ckpt), train_runs))
         model = create_model(str(name), checkpoint_path=path)
+        refuse_ignored_overrides(cfg)
         return ModelToEvaluate(model, f"{name} + {path}", getattr(model, "pretrained_cfg", None))
     asked = str(name or ckpt)
     resolved = model_to_evaluate(asked, train_runs, key="model" if name else "ckpt_path")
     # A registered name means its weights (the architecture's default tag when no tag is given).
     model = create_model(resolved, pretrained=is_model(resolved))
+    refuse_ignored_overrides(cfg)
     return ModelToEvaluate(model, asked, getattr(model, "pretrained_cfg", None))
 
 

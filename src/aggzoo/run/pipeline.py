@@ -358,9 +358,10 @@ def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]]) -> str:
 def untrained_note(model: torch.nn.Module) -> str:
     """What eval.py says when it is given no ``ckpt_path``: the model it evaluates is untrained."""
     head = type(getattr(model, "head", model)).__name__
-    return (f"note: no ckpt_path given, so this evaluates an untrained {head} head on the configured backbone "
-            "(its pretrained weights, if any; the head as initialised, with no data-driven init). To evaluate "
-            "trained weights pass ckpt_path=<checkpoint, run folder or zoo name>.")
+    return (f"note: no ckpt_path given (nor model=), so this evaluates an untrained {head} head on the configured "
+            "backbone (its pretrained weights, if any; the head as initialised, with no data-driven init). To evaluate "
+            "trained weights pass model=<zoo name, checkpoint, run folder or save_pretrained folder> (or "
+            "ckpt_path=<checkpoint, run folder or zoo name>).")
 
 
 def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
