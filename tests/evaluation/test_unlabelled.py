@@ -22,7 +22,7 @@ from PIL import Image
 
 import aggzoo
 from aggzoo.data.folder import EARTH_RADIUS_M
-from aggzoo.errors import DatasetLayoutError
+from aggzoo.errors import ConfigError, UserError
 from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.unlabelled import coordinates_from_names, predict
 from aggzoo.hub.builder import build_model
@@ -113,14 +113,15 @@ def test_latitude_longitude_names_give_great_circle_metres_and_plain_names_none(
     (lambda t: ["database=" + str(t / "missing"), "queries=" + str(t)], "database=.*no such folder"),
     (lambda t: ["database=" + str(t / "empty"), "queries=" + str(t)], "database=.*holds no image files"),
     (lambda t: ["queries=" + str(t / "empty")], "database= is not set"),
-], ids=["missing", "empty", "unset"])
+    (lambda t: ["database=" + str(t), "queries=" + str(t), "benchmark=synthetic_test"], "two evaluations"),
+], ids=["missing", "empty", "unset", "and_a_benchmark"])
 def test_missing_or_empty_folders_name_the_layout(tiny_model, tmp_path: Path, given, expected) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("not an image")
     cfg = compose_run_config("eval", [f"model={tiny_model[1]}", *given(tmp_path)], tmp_path / "out")
-    with pytest.raises(DatasetLayoutError, match=expected) as info:
+    with pytest.raises(UserError, match=expected) as info:
         evaluate(cfg)
-    assert "Expected database=<folder> and queries=<folder>" in str(info.value)
+    assert isinstance(info.value, ConfigError) or "Expected database=<folder> and queries=<folder>" in str(info.value)
 
 
 def test_nordland_mini_frames_without_ground_truth(nordland_mini: Path, tmp_path: Path) -> None:

@@ -215,6 +215,9 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, me
                    device: Any) -> Predictions:
     """Top-``top_k`` of every image of ``queries=`` among ``database=`` (no ground truth), written to
     the run folder as ``predictions.csv`` / ``.json`` / ``.png``."""
+    if "benchmark" in command_line_keys():
+        raise ConfigError("benchmark= and database=/queries= are two evaluations: a benchmark has ground truth, the "
+                          "folders have none (their top-k predictions are written); give one of them")
     database = image_folder(cfg.get("database"), "database")
     queries = image_folder(cfg.get("queries"), "queries")
     options = OmegaConf.to_container(cfg.evaluation, resolve=True)
