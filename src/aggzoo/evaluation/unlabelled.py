@@ -33,7 +33,8 @@ from torch import nn
 
 from aggzoo.data.folder import EARTH_RADIUS_M, lat_lon_to_ecef
 from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images
-from aggzoo.errors import DatasetLayoutError
+from aggzoo.data.vg import utm_from_name
+from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.evaluation.report import plot_predictions
 from aggzoo.evaluation.retrieval import extract_descriptors, search_with_scores
 
@@ -62,14 +63,10 @@ def image_folder(folder: str | Path | None, role: str) -> tuple[Path, ...]:
 
 
 def _vg_utm(name: str) -> tuple[float, float] | None:
-    fields = name.split("@")
-    if len(fields) < 4 or fields[0] != "":
-        return None
     try:
-        east, north = float(fields[1]), float(fields[2])
-    except ValueError:
+        return utm_from_name(name)  # the VG loader's own reading of the name
+    except DatasetFormatError:
         return None
-    return (east, north) if math.isfinite(east) and math.isfinite(north) else None
 
 
 def _gsv_lat_lon(name: str) -> tuple[float, float] | None:
