@@ -1,4 +1,5 @@
-"""Evaluate a checkpoint: ``python eval.py ckpt_path=PATH benchmark=NAME`` (or ``benchmark=[a,b]``).
+"""Evaluate a model: ``python eval.py model=NAME benchmark=NAME`` (or ``benchmark=[a,b]``; NAME: a zoo name, a
+checkpoint, a run folder, local-dir:/hf-hub:; ``ckpt_path=`` too), or without ground truth ``database=DIR queries=DIR``.
 
 A thin wrapper of :mod:`aggzoo.cli.eval` (the ``aggzoo-eval`` command of an installed aggzoo):
 the same job, on the configs of ``conf/`` (which the package links in as ``aggzoo/conf``).

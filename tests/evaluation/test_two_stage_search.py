@@ -24,6 +24,7 @@ from aggzoo.evaluation.retrieval import (
     search,
     search_with_scores,
 )
+from aggzoo.run.eval_by_name import PROTOCOL_KEYS
 
 faiss = pytest.importorskip("faiss")
 
@@ -188,4 +189,5 @@ def test_the_eval_config_names_the_two_stage_options() -> None:
     options = set(config.evaluation)
     assert {"index", "refine", "refine_store", "store_dir", "progress"} <= options
     accepted = set(inspect.signature(evaluate_benchmarks).parameters)
-    assert options - {"protocol_resize"} <= accepted  # run.pipeline passes the node as keyword arguments
+    # run.pipeline passes the node as keyword arguments, less the protocol's keys (run.eval_by_name)
+    assert options - set(PROTOCOL_KEYS) <= accepted

@@ -22,7 +22,14 @@ from torch import nn
 from aggzoo.data.layout import list_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
-from aggzoo.evaluation.report import plot_recall_curves, plot_retrievals, write_json, write_markdown
+from aggzoo.evaluation.report import (
+    plot_recall_curves,
+    plot_retrievals,
+    published_figures,
+    record_published,
+    write_json,
+    write_markdown,
+)
 from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, extract_descriptors
 from aggzoo.evaluation.submission import write_msls_submission
 from aggzoo.models.input_size import size_multiple
@@ -140,6 +147,7 @@ def evaluate_benchmarks(
     save_descriptors: bool = False,
     write_submissions: bool = False,
     meta: Mapping[str, Any] | None = None,
+    published: Mapping[str, float] | None = None,
 ) -> list[RetrievalResult]:
     """Evaluate ``model`` on every benchmark and write the report.
 
@@ -166,6 +174,9 @@ def evaluate_benchmarks(
         save_descriptors: ``descriptors_<name>.npz`` (``database``, ``queries``).
         write_submissions: ``submission_<name>.txt`` in the MSLS challenge format.
         meta: extra fields for ``results.json`` (checkpoint, config...).
+        published: the model's published figures (a :class:`~aggzoo.hub.cfg.PretrainedCfg`'s
+            ``metrics``: ``"<benchmark>/R@<k>" -> percent``), recorded beside ours in each result of a
+            benchmark they name (by its config name or its own name): ``published`` and ``delta``.
 
     Returns:
         One :class:`RetrievalResult` per benchmark, in order.
@@ -198,6 +209,7 @@ def evaluate_benchmarks(
             refine=refine, refine_store=refine_store, store_dir=store_dir, progress=progress,
             whitening=whitening, rerank=reranker, keep_descriptors=save_descriptors, **extract,
         )
+        record_published(result, published_figures(published or {}, (name, result.name)))
         results.append(result)
         log.info("%s: %s", name, ", ".join(f"R@{k} {100 * v:.2f}" for k, v in result.recalls.items()))
         if out_dir is not None:

@@ -1,16 +1,23 @@
-"""The evaluation resize of the published VPR protocols.
+"""The evaluation protocol of a model: input size, resize rule, normalisation, descriptor size.
 
-The protocols evaluate at sizes that are multiples of the backbone's patch size or stride
-(:mod:`aggzoo.models.input_size`): :func:`~aggzoo.models.input_size.snap_size` rounds a requested
+The published VPR protocols evaluate at sizes that are multiples of the backbone's patch size or
+stride (:mod:`aggzoo.models.input_size`): :func:`~aggzoo.models.input_size.snap_size` rounds a requested
 size to the nearest multiple of :func:`~aggzoo.models.input_size.size_multiple`. The resize is
-bicubic with antialiasing, as ``torchvision.transforms.Resize(..., interpolation=BICUBIC,
-antialias=True)`` does on PIL images in those codebases: :func:`protocol_transform` uses PIL's
-resampling, which is exactly that operation.
+bicubic (or bilinear, where the authors' code says so) with antialiasing, as
+``torchvision.transforms.Resize(..., antialias=True)`` does on PIL images in those codebases:
+:func:`protocol_transform` uses PIL's resampling, which is exactly that operation. A single int is a
+short side (the aspect ratio kept), as ``--image_size 322`` of gmberton/VPR-methods-evaluation.
+
+:class:`EvalProtocol` is that choice for one model, filled from its
+:class:`~aggzoo.hub.cfg.PretrainedCfg` (``input_size``, ``eval_resize``, ``interpolation``, ``mean``,
+``std``, ``out_dim``: how its metrics were measured) with any field overridden by the caller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,36 +25,193 @@ from PIL import Image
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch import Tensor
 
+from aggzoo.data.transforms import eval_transform
+from aggzoo.errors import ConfigError
+from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.models.input_size import snap_size
 
-__all__ = ["protocol_transform"]
+__all__ = ["PROTOCOL_FIELDS", "RESIZE_RULES", "EvalProtocol", "protocol_transform", "short_side_size"]
+
+#: ``"protocol"``: PIL resize with antialiasing, sides snapped (the published protocols);
+#: ``"pipeline"``: aggzoo's training-pipeline resize (:func:`aggzoo.data.transforms.eval_transform`)
+RESIZE_RULES = ("protocol", "pipeline")
+_PIL_FILTERS = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR,
+                "nearest": Image.Resampling.NEAREST, "area": Image.Resampling.BOX}
 
 
-class _PILBicubic:
-    """``rgb uint8 [H, W, 3] -> float [3, h, w]``: PIL bicubic resize (antialiased) + normalisation."""
+def short_side_size(height: int, width: int, short_side: int, multiple: int = 1) -> tuple[int, int]:
+    """``(h, w)`` with the short side ``short_side`` and the aspect ratio kept, both snapped to ``multiple``:
+    ``(480, 640), 322 -> (322, 429)``, then ``(322, 434)`` with ``multiple=14``."""
+    scale = short_side / min(height, width)
+    return snap_size((height * scale, width * scale), multiple)
 
-    def __init__(self, size: tuple[int, int], mean: Sequence[float], std: Sequence[float]) -> None:
+
+class _PILResize:
+    """``rgb uint8 [H, W, 3] -> float [3, h, w]``: PIL resize (antialiased) + normalisation.
+
+    ``size`` is a fixed ``(h, w)``; ``short_side`` instead resizes each image to that short side."""
+
+    def __init__(self, size: tuple[int, int] | None, mean: Sequence[float], std: Sequence[float], *,
+                 interpolation: str = "bicubic", short_side: int | None = None, multiple: int = 1) -> None:
         self.size = size
+        self.short_side = short_side
+        self.multiple = multiple
+        self.interpolation = interpolation
         self.mean = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
         self.std = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
 
     def __call__(self, image: np.ndarray) -> Tensor:
-        height, width = self.size
-        resized = np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BICUBIC))
+        if self.size is not None:
+            height, width = self.size
+        else:
+            height, width = short_side_size(image.shape[0], image.shape[1], int(self.short_side), self.multiple)
+        resized = np.asarray(Image.fromarray(image).resize((width, height), _PIL_FILTERS[self.interpolation]))
         chw = resized.transpose(2, 0, 1).astype(np.float32) / 255.0
         return torch.from_numpy(np.ascontiguousarray((chw - self.mean) / self.std))
 
     def __repr__(self) -> str:
-        return f"protocol_transform(size={self.size}, bicubic, antialias)"
+        size = f"size={self.size}" if self.size is not None else f"short_side={self.short_side}"
+        return f"protocol_transform({size}, {self.interpolation}, antialias)"
 
 
 def protocol_transform(
-    image_size: int | Sequence[int],
+    image_size: int | Sequence[int] | None = None,
     *,
     multiple: int = 1,
     mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
     std: Sequence[float] = IMAGENET_DEFAULT_STD,
-) -> _PILBicubic:
-    """The published evaluation transform: resize to ``snap_size(image_size, multiple)`` with PIL bicubic
+    interpolation: str = "bicubic",
+    short_side: int | None = None,
+) -> _PILResize:
+    """The published evaluation transform: resize to ``snap_size(image_size, multiple)`` (an int: a
+    square), or each image's short side to ``short_side`` (aspect kept, sides snapped), with PIL
     (antialiased), scale to [0, 1], normalise. Picklable, for ``num_workers > 0``."""
-    return _PILBicubic(snap_size(image_size, multiple), mean, std)
+    if interpolation not in _PIL_FILTERS:
+        raise ConfigError(f"interpolation must be one of {sorted(_PIL_FILTERS)}, got {interpolation!r}")
+    if (image_size is None) == (short_side is None):
+        raise ValueError("pass exactly one of image_size and short_side")
+    size = snap_size(image_size, multiple) if image_size is not None else None
+    return _PILResize(size, mean, std, interpolation=interpolation, short_side=short_side, multiple=multiple)
+
+
+def _as_size(value: Any) -> Any:
+    """``322`` / ``[322]`` -> 322 (a short side); ``[H, W]`` -> ``(H, W)``; anything else as it is (refused
+    by :class:`EvalProtocol` with the key named)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, int) for v in value):
+        return value[0] if len(value) == 1 else tuple(value)
+    return value
+
+
+#: the fields of :class:`EvalProtocol` a caller may override (``eval.py evaluation.<field>=...``)
+PROTOCOL_FIELDS = ("image_size", "resize", "interpolation", "mean", "std", "descriptor_dim")
+
+
+@dataclass(frozen=True)
+class EvalProtocol:
+    """How one model is evaluated.
+
+    Attributes:
+        image_size: ``(H, W)``, resized to exactly (snapped under ``resize="protocol"``); or an int, the
+            short side of every image (aspect ratio kept; images of one batch may then differ in size).
+        resize: ``"protocol"`` (PIL, antialiased, sides snapped to ``multiple``) or ``"pipeline"`` (aggzoo's
+            evaluation resize, no snapping: what ``train.py`` measures its test metrics with).
+        interpolation: ``bicubic`` | ``bilinear`` (| ``nearest``, ``area``).
+        mean, std: normalisation of 0..1 RGB.
+        descriptor_dim: the descriptor size the protocol states (checked against the model), or None.
+        multiple: the model's side multiple (patch size or stride) the protocol resize snaps to.
+        source: where the fields come from, in words (the weights' cfg, the config, overrides).
+    """
+
+    image_size: tuple[int, int] | int
+    resize: str = "pipeline"
+    interpolation: str = "bicubic"
+    mean: tuple[float, float, float] = IMAGENET_DEFAULT_MEAN
+    std: tuple[float, float, float] = IMAGENET_DEFAULT_STD
+    descriptor_dim: int | None = None
+    multiple: int = 1
+    source: str = ""
+    overridden: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.resize not in RESIZE_RULES:
+            raise ConfigError(f"evaluation.protocol_resize: the resize rule must be one of {RESIZE_RULES} "
+                              f"(true = protocol, false = pipeline), got {self.resize!r}")
+        if self.interpolation not in _PIL_FILTERS:
+            raise ConfigError(f"evaluation.interpolation={self.interpolation} is not one of {sorted(_PIL_FILTERS)}")
+        size = self.image_size
+        ok = (isinstance(size, int) and size > 0) or (
+            isinstance(size, tuple) and len(size) == 2 and all(isinstance(s, int) and s > 0 for s in size))
+        if not ok:
+            raise ConfigError(f"evaluation.image_size={size!r} must be [H, W] (resize to that size) or one positive "
+                              "int (the short side, aspect ratio kept), e.g. evaluation.image_size=[322,322]")
+        if isinstance(size, int) and self.resize == "pipeline":
+            raise ConfigError(f"evaluation.image_size={size} (a short side) needs the protocol resize: add "
+                              "evaluation.protocol_resize=true, or give [H, W]")
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            if len(value) != 3 or (name == "std" and min(value) <= 0):
+                raise ConfigError(f"evaluation.{name}={list(value)} must be three numbers (RGB on 0..1)"
+                                  + (", all > 0" if name == "std" else ""))
+
+    @classmethod
+    def from_pretrained_cfg(cls, cfg: PretrainedCfg, *, multiple: int = 1) -> EvalProtocol:
+        """The protocol its weights were measured with (the cfg's input size, resize rule, normalisation)."""
+        return cls(image_size=(int(cfg.input_size[1]), int(cfg.input_size[2])), resize=cfg.eval_resize,
+                   interpolation=cfg.interpolation, mean=tuple(cfg.mean), std=tuple(cfg.std),
+                   descriptor_dim=cfg.out_dim, multiple=multiple, source=f"the pretrained cfg of {cfg.name}")
+
+    def overridden_by(self, overrides: Mapping[str, Any]) -> EvalProtocol:
+        """A copy with the non-``None`` ``overrides`` (keys of :data:`PROTOCOL_FIELDS`) applied."""
+        unknown = sorted(set(overrides) - set(PROTOCOL_FIELDS))
+        if unknown:
+            raise ConfigError(f"{unknown[0]} is not a field of the evaluation protocol; the fields are {list(PROTOCOL_FIELDS)}")
+        values = {k: v for k, v in overrides.items() if v is not None}
+        if "image_size" in values:
+            values["image_size"] = _as_size(values["image_size"])
+        for key in ("mean", "std"):
+            if key in values:
+                values[key] = tuple(float(v) for v in values[key])
+        if not values:
+            return self
+        return replace(self, **values, overridden=tuple(sorted({*self.overridden, *values})))
+
+    @property
+    def fixed_size(self) -> bool:
+        """Every image comes out the same size (so images batch together)."""
+        return not isinstance(self.image_size, int)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        """The ``(h, w)`` an image of ``height x width`` is resized to."""
+        if isinstance(self.image_size, int):
+            return short_side_size(height, width, self.image_size, self.multiple)
+        if self.resize == "protocol":
+            return snap_size(self.image_size, self.multiple)
+        return self.image_size
+
+    def transform(self) -> Callable[[np.ndarray], Tensor]:
+        """``rgb uint8 [H, W, 3] -> float [3, h, w]`` (picklable, for DataLoader workers)."""
+        if self.resize == "pipeline":
+            return eval_transform(self.image_size, mean=self.mean, std=self.std, interpolation=self.interpolation)
+        if isinstance(self.image_size, int):
+            return protocol_transform(short_side=self.image_size, multiple=self.multiple, mean=self.mean,
+                                      std=self.std, interpolation=self.interpolation)
+        return protocol_transform(self.image_size, multiple=self.multiple, mean=self.mean, std=self.std,
+                                  interpolation=self.interpolation)
+
+    def describe(self) -> str:
+        """One line: ``120x160, pipeline resize (bicubic), mean [...], std [...]``."""
+        size = (f"short side {self.image_size}" if isinstance(self.image_size, int)
+                else "x".join(map(str, self.output_size(*self.image_size))))
+        rule = f"PIL resize, sides snapped to {self.multiple}" if self.resize == "protocol" else "pipeline resize"
+        return (f"{size}, {rule} ({self.interpolation}), mean {list(self.mean)}, std {list(self.std)}"
+                + (f", {self.descriptor_dim}-D" if self.descriptor_dim else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``results.json``'s ``meta.protocol``)."""
+        out = asdict(self)
+        out["image_size"] = self.image_size if isinstance(self.image_size, int) else list(self.image_size)
+        out["short_side"] = isinstance(self.image_size, int)
+        out["mean"], out["std"], out["overridden"] = list(self.mean), list(self.std), list(self.overridden)
+        return out

@@ -7,7 +7,7 @@ they render on headless machines and in worker processes.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from aggzoo.evaluation.retrieval import RetrievalResult
 __all__ = [
     "format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries",
     "recall_curves_figure", "retrievals_figure", "figure_rgb", "grid_rows_caption",
+    "plot_predictions", "published_figures", "record_published",
 ]
 
 
@@ -25,14 +26,43 @@ def _ks(results: Sequence[RetrievalResult]) -> list[int]:
     return sorted({k for r in results for k in r.recalls})
 
 
+def published_figures(metrics: Mapping[str, float], names: Sequence[str]) -> dict[int, float]:
+    """The published Recall@k (percent) of a benchmark known by any of ``names``, from a
+    :class:`~aggzoo.hub.cfg.PretrainedCfg`'s ``metrics`` (``"<benchmark>/R@<k>" -> percent``)."""
+    out: dict[int, float] = {}
+    for key, value in metrics.items():
+        benchmark, _, k = key.rpartition("/R@")
+        if benchmark in names and k.isdigit():
+            out[int(k)] = float(value)
+    return out
+
+
+def record_published(result: RetrievalResult, published: Mapping[int, float]) -> None:
+    """Put the published figures (percent) and ours minus them (points) into ``result.extras``, so
+    that ``results.json`` carries them and the tables show a ``published`` and a ``delta`` column (R@1)."""
+    if not published:
+        return
+    result.extras["published"] = {str(k): v for k, v in sorted(published.items())}
+    result.extras["delta"] = {str(k): round(100 * result.recalls[k] - v, 2) + 0.0  # + 0.0: no "-0.0"
+                              for k, v in sorted(published.items()) if k in result.recalls}
+
+
 def _rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]]]:
     ks = _ks(results)
     # Recall@k in percent, said in the header (a newcomer reading 87.00 must not guess between 87 % and 0.87)
     header = ["benchmark", "queries", "database", *[f"R@{k} (%)" for k in ks]]
+    # Beside ours, the R@1 the model's cfg publishes for that benchmark (where it has one).
+    with_published = any("published" in r.extras for r in results)
+    if with_published:
+        header += ["published", "delta"]
     rows = []
     for r in results:
         recalls = [f"{100 * r.recalls[k]:.2f}" if k in r.recalls else "-" for k in ks]
-        rows.append([r.name, str(r.num_queries), str(r.num_database), *recalls])
+        row = [r.name, str(r.num_queries), str(r.num_database), *recalls]
+        if with_published:
+            published, delta = r.extras.get("published", {}).get("1"), r.extras.get("delta", {}).get("1")
+            row += [f"{published:.2f}" if published is not None else "-", f"{delta:+.2f}" if delta is not None else "-"]
+        rows.append(row)
     return header, rows
 
 
@@ -227,15 +257,10 @@ def retrievals_figure(
         raise ValueError("the result holds no retrieval_set (paths and positives) to draw")
     rows = list(queries) if queries is not None else pick_queries(result, num_queries, seed)
     k = min(k, result.predictions.shape[1])
-    first = _thumbnail(rs.query_paths[rows[0]], thumb_height) if rows else np.zeros((1, 1, 3), np.uint8)
-    cell_w = 2.0
-    cell_h = cell_w * first.shape[0] / first.shape[1] + 0.35
-    # Columns: query, top-k, and the first positive (so a failure shows what it should have found).
-    figure = _figure(cell_w * (k + 2), cell_h * len(rows) + 0.5)
-    grid = figure.subplots(len(rows), k + 2, squeeze=False)
-    for r, q in enumerate(rows):
+    grid_rows = []
+    for q in rows:
         positives = rs.positives[q]
-        cells = [(rs.query_paths[q], f"query {q}", "tab:blue", "solid")]
+        cells: list[_Cell] = [(rs.query_paths[q], f"query {q}", "tab:blue", "solid")]
         for rank, db in enumerate(result.predictions[q, :k], start=1):
             if db < 0:
                 cells.append((None, f"#{rank}: none", "grey", "solid"))
@@ -249,18 +274,79 @@ def retrievals_figure(
             cells.append((rs.database_paths[positives[0]], f"positive ({where})", "tab:green", "dashed"))
         else:
             cells.append((None, "no positive", "grey", "dashed"))
-        for c, (image_path, label, colour, style) in enumerate(cells):
+        grid_rows.append(cells)
+    title = (f"{result.name}: query (blue), top-{k} retrievals (green = positive, red = not), first positive (dashed)\n"
+             f"{grid_rows_caption(result, rows, picked=queries is None)}")
+    return _grid_figure(grid_rows, title, thumb_height)
+
+
+#: one picture of a grid: (image file or None, caption, frame colour, frame line style)
+_Cell = tuple[Path | None, str, str, str]
+
+
+def _grid_figure(rows: Sequence[Sequence[_Cell]], title: str, thumb_height: int) -> Any:
+    """Thumbnails in rows, each framed and captioned; the grid's width is its longest row. A laid-out
+    ``Figure``, not saved."""
+    width = max((len(r) for r in rows), default=1)
+    first_path = rows[0][0][0] if rows else None
+    first = _thumbnail(first_path, thumb_height) if first_path is not None else np.zeros((1, 1, 3), np.uint8)
+    cell_w = 2.0
+    cell_h = cell_w * first.shape[0] / first.shape[1] + 0.35
+    figure = _figure(cell_w * width, cell_h * max(len(rows), 1) + 0.5)
+    grid = figure.subplots(max(len(rows), 1), width, squeeze=False)
+    for r, cells in enumerate(rows):
+        for c in range(width):
             axes = grid[r][c]
-            if image_path is not None:
-                axes.imshow(first if (r, c) == (0, 0) else _thumbnail(image_path, thumb_height))
             axes.set_xticks([])
             axes.set_yticks([])
+            if c >= len(cells):
+                axes.set_axis_off()
+                continue
+            image_path, label, colour, style = cells[c]
+            if image_path is not None:
+                axes.imshow(first if (r, c) == (0, 0) else _thumbnail(image_path, thumb_height))
             for spine in axes.spines.values():
                 spine.set_edgecolor(colour)
                 spine.set_linewidth(4)
                 spine.set_linestyle(style)
             axes.set_title(label, fontsize=8, color=colour)
-    figure.suptitle(f"{result.name}: query (blue), top-{k} retrievals (green = positive, red = not), "
-                    f"first positive (dashed)\n{grid_rows_caption(result, rows, picked=queries is None)}", fontsize=10)
+    figure.suptitle(title, fontsize=10)
     figure.tight_layout()
     return figure
+
+
+def plot_predictions(
+    query_paths: Sequence[Path],
+    database_paths: Sequence[Path],
+    predictions: np.ndarray,
+    path: str | Path,
+    *,
+    captions: Sequence[Sequence[str]] | None = None,
+    queries: Sequence[int] | None = None,
+    num_queries: int = 6,
+    k: int = 5,
+    thumb_height: int = 120,
+    title: str = "predictions",
+) -> Path:
+    """The retrieval grid without ground truth: one row per query (blue frame) with its top-``k``
+    database images (grey frames: nothing says which are right), ``captions[q][rank]`` under each
+    (score, distance). ``queries`` picks the rows; by default ``num_queries`` spread evenly over the queries.
+
+    Args:
+        predictions: ``[Q, K]`` database indices, best first (``-1``: none).
+    """
+    predictions = np.asarray(predictions)
+    if queries is None:
+        queries = sorted({int(q) for q in np.linspace(0, len(query_paths) - 1, min(num_queries, len(query_paths)))})
+    k = min(k, predictions.shape[1])
+    grid_rows = []
+    for q in queries:
+        cells: list[_Cell] = [(Path(query_paths[q]), f"query {q}", "tab:blue", "solid")]
+        for rank, db in enumerate(predictions[q, :k]):
+            caption = captions[q][rank] if captions is not None else ""
+            cells.append((Path(database_paths[db]) if db >= 0 else None,
+                          f"#{rank + 1} {caption}".strip() if db >= 0 else f"#{rank + 1}: none", "tab:gray", "solid"))
+        grid_rows.append(cells)
+    return _save_figure(_grid_figure(grid_rows, f"{title}: query (blue), its top-{k} database images (no ground truth)",
+                                     thumb_height), path)
+

@@ -64,6 +64,11 @@ class PretrainedCfg:
             descriptor size, an image size), applied before the caller's own overrides.
 
     Preprocessing: input_size ``(3, H, W)``, mean/std on 0..1 RGB, resize interpolation.
+        eval_resize: how the evaluation resizes to input_size, as the metrics were measured (the default
+            protocol of ``eval.py model=<name>``, :mod:`aggzoo.evaluation.protocol`): ``"protocol"`` --
+            the published protocols' PIL resize with antialiasing, sides snapped to the patch size or
+            stride; ``"pipeline"`` -- aggzoo's own evaluation resize (:func:`aggzoo.data.transforms.eval_transform`),
+            the one a ``train.py`` run measures its test metrics with (the shipped weights).
 
     Provenance: out_dim (descriptor size), recipe (the experiment config or command that made
     it), license, paper (title + arXiv id), code (origin repository), metrics (``"<benchmark>/R@1"``
@@ -86,6 +91,7 @@ class PretrainedCfg:
     mean: tuple[float, float, float] = IMAGENET_DEFAULT_MEAN
     std: tuple[float, float, float] = IMAGENET_DEFAULT_STD
     interpolation: str = "bicubic"
+    eval_resize: Literal["protocol", "pipeline"] = "protocol"
     out_dim: int | None = None
     recipe: str | None = None
     license: str | None = None
@@ -99,6 +105,8 @@ class PretrainedCfg:
         object.__setattr__(self, "metrics", _frozen(self.metrics))
         if self.contents not in ("full", "delta"):
             raise ValueError(f"PretrainedCfg.contents must be 'full' or 'delta', got {self.contents!r}")
+        if self.eval_resize not in ("protocol", "pipeline"):
+            raise ValueError(f"PretrainedCfg.eval_resize must be 'protocol' or 'pipeline', got {self.eval_resize!r}")
         if self.sha256 is not None and not (len(self.sha256) == 64 and set(self.sha256) <= set("0123456789abcdef")):
             raise ValueError(f"PretrainedCfg.sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
         if (self.hf_hub_id is None) != (self.hf_hub_filename is None):
@@ -149,7 +157,7 @@ class PretrainedCfg:
     def from_json(cls, data: Mapping[str, Any]) -> PretrainedCfg:
         """The preprocessing and provenance fields of a :meth:`to_dict` (a saved folder's
         ``config.json``); weight sources and the remapping function are never read from a file."""
-        keep = {"architecture", "tag", "model_kwargs", "input_size", "mean", "std", "interpolation", "out_dim",
+        keep = {"architecture", "tag", "model_kwargs", "input_size", "mean", "std", "interpolation", "eval_resize", "out_dim",
                 "recipe", "license", "paper", "code", "metrics", "notes"}
         values = {k: v for k, v in data.items() if k in keep and v is not None}
         for key in ("input_size", "mean", "std"):

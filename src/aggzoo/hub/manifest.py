@@ -128,6 +128,8 @@ class ManifestEntry:
             input_size=self.input_size, mean=self.mean, std=self.std, interpolation=self.interpolation,
             out_dim=self.out_dim, recipe=self.recipe, license=self.license, metrics=self.metrics,
             notes=self.notes, code="aggzoo (trained by the project)",
+            # the metrics were measured by the train job's test step, with the pipeline's resize
+            eval_resize="pipeline",
         )
 
 

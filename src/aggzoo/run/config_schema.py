@@ -90,7 +90,11 @@ class _TrainRuntimeSchema(TrainSchema):
 @dataclass
 class EvalSchema:
     task_name: str = "eval"
+    model: str | None = None
     ckpt_path: str | None = None
+    database: str | None = None
+    queries: str | None = None
+    top_k: int = 10
     image_size: list[int] = field(default_factory=lambda: [320, 320])
     recall_ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     eval_batch_size: int = 64
@@ -152,6 +156,7 @@ _MINIMA: dict[str, dict[str, tuple[int, str, str]]] = {
     },
     "eval": {
         "eval_batch_size": (1, "it is the number of images per extraction batch", "eval_batch_size=64"),
+        "top_k": (1, "it is the number of database images listed per query without ground truth", "top_k=10"),
         "num_workers": (0, "it counts DataLoader worker processes, 0 loads in the main process", "num_workers=4"),
     },
 }

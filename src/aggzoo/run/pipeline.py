@@ -25,15 +25,20 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from aggzoo.data.place_split import val_split_from_config
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
-from aggzoo.errors import CheckpointNotFoundError, ConfigError, DatasetLayoutError, RunFolderError, UserError
+from aggzoo.errors import ConfigError, DatasetLayoutError, RunFolderError, UserError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
-from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
-from aggzoo.hub.factory import create_model, is_model
 from aggzoo.hub.io import SPEC_KEY, read_checkpoint
-from aggzoo.models.input_size import size_multiple
 from aggzoo.models.vpr_model import VPRModel
+from aggzoo.run.eval_by_name import (
+    PROTOCOL_KEYS,
+    evaluation_protocol,
+    load_model_to_evaluate,
+    preflight_size,
+    run_unlabelled,
+    unlabelled_requested,
+)
 from aggzoo.run.preflight import (
     EvaluationGuard,
     after_training,
@@ -464,79 +469,59 @@ def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]], *, chosen_o
     return "\n".join(lines)
 
 
-def _model_to_evaluate(ckpt_path: str, train_runs: Path) -> str:
-    """What ``eval.py ckpt_path=`` names, as :func:`create_model` takes it: ``last`` (the newest
-    ``last.ckpt`` of the training runs under ``train_runs``), a run folder (its last checkpoint), a
-    checkpoint file, a ``save_pretrained`` folder, ``local-dir:`` / ``hf-hub:``, or a registered name."""
-    if ckpt_path.startswith(("local-dir:", "hf-hub:")) or is_model(ckpt_path):
-        return ckpt_path
-    if ckpt_path == "last":
-        return str(resolve_ckpt_path("last", search_root=train_runs))
-    path = Path(ckpt_path).expanduser()
-    if path.is_dir() and ((path / "checkpoints").is_dir() or (path / "last.ckpt").is_file()):
-        return str(resolve_ckpt_path(path, search_root=train_runs))  # a run folder
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise CheckpointNotFoundError(
-            f"ckpt_path={ckpt_path} is a folder, but neither a run folder (checkpoints/last.ckpt) nor a folder written "
-            "by save_pretrained (config.json, model.safetensors); pass the checkpoint file, e.g. "
-            "ckpt_path=<run>/checkpoints/last.ckpt")
-    if not path.exists():
-        raise CheckpointNotFoundError(
-            f"ckpt_path={ckpt_path}: no such file or folder. Pass a checkpoint file (<run>/checkpoints/last.ckpt), "
-            "a run folder, ckpt_path=last (the newest training run), a save_pretrained folder, or a registered "
-            "name (python -m aggzoo.cli.models lists them)")
-    return str(path)
-
-
-def model_to_evaluate(ckpt_path: str, train_runs: Path) -> torch.nn.Module:
-    """The model ``eval.py ckpt_path=`` names (:func:`_model_to_evaluate`), with its weights: a registered
-    name loads its pretrained weights (``create_model`` alone would build it untrained)."""
-    name = _model_to_evaluate(ckpt_path, train_runs)
-    return create_model(name, pretrained=is_model(name))
-
-
 def untrained_note(model: torch.nn.Module) -> str:
     """What eval.py says when it is given no ``ckpt_path``: the model it evaluates is untrained."""
     head = type(getattr(model, "head", model)).__name__
-    return (f"note: no ckpt_path given, so this evaluates an untrained {head} head on the configured backbone "
-            "(its pretrained weights, if any; the head as initialised, with no data-driven init). To evaluate "
-            "trained weights pass ckpt_path=<checkpoint, run folder or zoo name>.")
+    return (f"note: no ckpt_path given (nor model=), so this evaluates an untrained {head} head on the configured "
+            "backbone (its pretrained weights, if any; the head as initialised, with no data-driven init). To evaluate "
+            "trained weights pass model=<zoo name, checkpoint, run folder or save_pretrained folder> (or "
+            "ckpt_path=<checkpoint, run folder or zoo name>).")
 
 
 def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
-    """Evaluate ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when it is null)
-    on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
-    ``results.md``, Recall@k curves and retrieval grids to the output dir.
+    """Evaluate ``cfg.model`` / ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when
+    both are null) on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
+    ``results.md``, Recall@k curves and retrieval grids to the output dir. With ``database=`` /
+    ``queries=`` folders and no ground truth it writes the top-k predictions instead (returns ``[]``).
 
-    ``evaluation.protocol_resize=true`` resizes as the published protocols do (PIL bicubic with
-    antialiasing, sides snapped to the backbone's patch size or stride); the default is the same
-    resize the training pipeline validates and tests with, so both report the same numbers.
+    The protocol (input size or short side, resize rule, mean/std, descriptor size) is the weights' own
+    (their :class:`~aggzoo.hub.cfg.PretrainedCfg`), else ``image_size`` with the pipeline's resize (the
+    one the training pipeline validates and tests with, so both report the same numbers); every field
+    can be overridden (``evaluation.image_size``, ``evaluation.protocol_resize``, ...: conf/eval.yaml).
     """
     check_config(cfg, "eval")
-    if cfg.get("ckpt_path"):
-        # The one reader and builder: nothing in the file chooses code to run.
-        model = model_to_evaluate(str(cfg.ckpt_path), Path(cfg.paths.log_dir) / "train")
+    named = load_model_to_evaluate(cfg)  # the one reader and builder: nothing in a file chooses code to run
+    if named is not None:
+        model = named.model
     else:
         model = build_model_checked(model_spec(cfg))
         print(untrained_note(model))
+    protocol = evaluation_protocol(model, cfg, named.pretrained_cfg if named else None, _normalisation(model))
+    meta = {"ckpt_path": cfg.get("ckpt_path"),
+            **(named.meta(protocol) if named is not None else {"model": None, "protocol": protocol.to_dict()})}
+    log.info("protocol: %s (from %s%s)", protocol.describe(), protocol.source,
+             f"; overridden: {', '.join(protocol.overridden)}" if protocol.overridden else "")
     options = OmegaConf.to_container(cfg.evaluation, resolve=True)
-    if options.pop("protocol_resize"):
-        transform = protocol_transform(cfg.image_size, multiple=size_multiple(model), **_normalisation(model))
-    else:
-        transform = eval_transform(cfg.image_size, **_normalisation(model))
+    for key in PROTOCOL_KEYS:
+        options.pop(key, None)
+    device = _device()
+    if unlabelled_requested(cfg):
+        run_unlabelled(cfg, model, protocol, meta, device)
+        return []
+    transform = protocol.transform()
     sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
     guard = EvaluationGuard(cfg)
-    sets = guard.prepare(model, sets)  # preflight; bad_images=skip drops unreadable images
-    device = _device()
+    sets = guard.prepare(model, sets, image_size=preflight_size(protocol, sets))  # bad_images=skip drops unreadable ones
     results = evaluate_benchmarks(model.to(device), sets, transform, output_dir=cfg.paths.output_dir,
-                                  ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size,
-                                  num_workers=cfg.num_workers, device=device,
-                                  meta={"ckpt_path": cfg.get("ckpt_path")}, **options)
+                                  ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size if protocol.fixed_size else 1,
+                                  num_workers=cfg.num_workers, device=device, meta=meta,
+                                  published=named.pretrained_cfg.metrics if named and named.pretrained_cfg else None,
+                                  **options)
     guard.annotate(results)
     print(format_table(results))
     if notes := guard.notes(results):
         print(notes)
     if cfg.bad_images == "skip":
         # Rewritten after annotate so the skipped-image counts reach the JSON too.
-        write_json(results, Path(cfg.paths.output_dir) / "results.json", meta={"ckpt_path": cfg.get("ckpt_path")})
+        write_json(results, Path(cfg.paths.output_dir) / "results.json", meta=meta)
     return results

@@ -488,14 +488,17 @@ class EvaluationGuard:
                  "evaluate without unreadable images with bad_images=skip (not comparable to published numbers)")
         self.skipped: dict[str, dict[str, int]] = {}
 
-    def prepare(self, model: Any, sets: Mapping[str, RetrievalSet]) -> dict[str, RetrievalSet]:
-        """Check everything, then (under ``skip``) drop the unreadable images of each set."""
+    def prepare(self, model: Any, sets: Mapping[str, RetrievalSet],
+                image_size: Sequence[int] | None = None) -> dict[str, RetrievalSet]:
+        """Check everything (the model at ``image_size``, default the config's), then (under ``skip``)
+        drop the unreadable images of each set."""
         num_workers = int(self.cfg.get("num_workers", 0))
         # Under skip every image is decoded below anyway; the header scan would only repeat it.
         scan = "none" if self.policy.skips else _choice(self.cfg.get("check_images", "header"))
         options = self.cfg.get("evaluation")
         options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
-        check_evaluation(model, image_size=self.cfg.image_size, sets=sets, check_images=scan, num_workers=num_workers,
+        size = image_size if image_size is not None else self.cfg.image_size
+        check_evaluation(model, image_size=size, sets=sets, check_images=scan, num_workers=num_workers,
                          evaluation=options)
         if not self.policy.skips:
             return dict(sets)
