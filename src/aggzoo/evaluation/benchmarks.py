@@ -154,6 +154,7 @@ def evaluate_benchmarks(
     save_descriptors: bool = False,
     write_submissions: bool = False,
     meta: Mapping[str, Any] | None = None,
+    extractor: Any = None,
 ) -> list[RetrievalResult]:
     """Evaluate ``model`` on every benchmark and write the report.
 
@@ -184,6 +185,8 @@ def evaluate_benchmarks(
         save_descriptors: ``descriptors_<name>.npz`` (``database``, ``queries``).
         write_submissions: ``submission_<name>.txt`` in the MSLS challenge format.
         meta: extra fields for ``results.json`` (checkpoint, config...).
+        extractor: extracts the benchmark descriptors in place of
+            :func:`~aggzoo.evaluation.retrieval.extract_descriptors` (e.g. sharded across DDP ranks).
 
     Returns:
         One :class:`RetrievalResult` per benchmark, in order.
@@ -218,7 +221,8 @@ def evaluate_benchmarks(
             eval_model, retrieval_set, transform, ks=ks, dtype=np.dtype(descriptor_dtype),
             autocast_dtype=autocast_dtype, index=index, search_params=search_params, use_gpu=use_gpu,
             refine=refine, refine_store=refine_store, store_dir=store_dir, progress=progress,
-            whitening=whitening, rerank=set_rerank, keep_descriptors=save_descriptors, **extract,
+            whitening=whitening, rerank=set_rerank, keep_descriptors=save_descriptors, extractor=extractor,
+            **extract,
         )
         if set_rerank is not reranker:
             result.extras["instance_tokens"] = set_rerank.stats

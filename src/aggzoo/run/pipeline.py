@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import shutil
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,6 +47,7 @@ from aggzoo.training.callbacks import UntrainedBaseline
 from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
 from aggzoo.training.datamodule import VPRDataModule
 from aggzoo.training.module import VPRLightningModule
+from aggzoo.training.sharded_extraction import ShardedExtractor
 from aggzoo.training.timing import StepTimer
 
 __all__ = ["TrainingParts", "build_training", "compose_run_config", "evaluate", "load_benchmarks", "model_spec",
@@ -382,6 +384,17 @@ def untrained_note(model: torch.nn.Module) -> str:
             "trained weights pass ckpt_path=<checkpoint, run folder or zoo name>.")
 
 
+def _sharded_extractor(cfg: DictConfig, options: dict[str, Any]) -> tuple[ShardedExtractor | None, Path | None]:
+    """``trainer=ddp`` (or any ``trainer`` node): extraction through Lightning's predict loop on every rank,
+    shards under ``evaluation.store_dir`` (kept) or ``<run>/descriptor_shards`` (removed afterwards)."""
+    if cfg.get("trainer") is None:
+        return None, None
+    store = options.get("store_dir")
+    folder = Path(store) if store else Path(cfg.paths.output_dir) / "descriptor_shards"
+    trainer_factory = instantiate(cfg.trainer, _partial_=True)
+    return ShardedExtractor(trainer_factory, folder), None if store else folder
+
+
 def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     """Evaluate ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when it is null)
     on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
@@ -407,10 +420,22 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     guard = EvaluationGuard(cfg)
     sets = guard.prepare(model, sets)  # preflight; bad_images=skip drops unreadable images
     device = _device()
-    results = evaluate_benchmarks(model.to(device), sets, transform, output_dir=cfg.paths.output_dir,
-                                  ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size,
-                                  num_workers=cfg.num_workers, device=device,
-                                  meta={"ckpt_path": cfg.get("ckpt_path")}, **options)
+    extractor, shards = _sharded_extractor(cfg, options)
+    # Under trainer=ddp every rank runs this job; rank 0 alone writes the report and prints.
+    writer = extractor is None or extractor.is_global_zero
+    if not writer:
+        options["pictures"] = False
+    try:
+        results = evaluate_benchmarks(model.to(device), sets, transform,
+                                      output_dir=cfg.paths.output_dir if writer else None,
+                                      ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size,
+                                      num_workers=cfg.num_workers, device=device,
+                                      meta={"ckpt_path": cfg.get("ckpt_path")}, extractor=extractor, **options)
+    finally:
+        if shards is not None and writer:
+            shutil.rmtree(shards, ignore_errors=True)
+    if not writer:
+        return results
     guard.annotate(results)
     print(format_table(results))
     if notes := guard.notes(results):
