@@ -390,6 +390,10 @@ def _sharded_extractor(cfg: DictConfig, options: dict[str, Any]) -> tuple[Sharde
     if cfg.get("trainer") is None:
         return None, None
     store = options.get("store_dir")
+    if store and options.get("rerank") == "instance_tokens":
+        # The token pass is not sharded: every rank would write the same token files under store_dir at once.
+        raise ConfigError("evaluation.rerank=instance_tokens with a trainer (distributed extraction) needs "
+                          "evaluation.store_dir=null: each rank then keeps its token files in its own temporary folder")
     folder = Path(store) if store else Path(cfg.paths.output_dir) / "descriptor_shards"
     trainer_factory = instantiate(cfg.trainer, _partial_=True)
     return ShardedExtractor(trainer_factory, folder), None if store else folder
