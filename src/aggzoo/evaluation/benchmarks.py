@@ -21,6 +21,8 @@ from torch import nn
 
 from aggzoo.data.layout import list_images
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.errors import ConfigError
+from aggzoo.evaluation.late_interaction import InstanceTokenRerank
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
 from aggzoo.evaluation.report import (
     plot_recall_curves,
@@ -104,13 +106,23 @@ def test_time_model(
     return model
 
 
-def _as_rerank(rerank: SuperGlobalRerank | Mapping[str, Any] | bool | None) -> SuperGlobalRerank | None:
+#: ``evaluation.rerank=<name>``: the re-rankers chosen by name (``true`` / a mapping is SuperGlobal)
+RERANKERS = ("superglobal", "instance_tokens")
+
+
+def _as_rerank(rerank: Any, rerank_k: int | None = None,
+               tokens: int = 16) -> SuperGlobalRerank | InstanceTokenRerank | None:
     if rerank is None or rerank is False:
         return None
-    if rerank is True:
-        return SuperGlobalRerank()
-    if isinstance(rerank, SuperGlobalRerank):
+    if isinstance(rerank, (SuperGlobalRerank, InstanceTokenRerank)):
         return rerank
+    if rerank == "instance_tokens":
+        return InstanceTokenRerank(top_m=100 if rerank_k is None else int(rerank_k), tokens=int(tokens))
+    if rerank is True or rerank == "superglobal":
+        return SuperGlobalRerank() if rerank_k is None else SuperGlobalRerank(top_m=int(rerank_k))
+    if isinstance(rerank, str):
+        raise ConfigError(f"evaluation.rerank={rerank} is not a re-ranker; choose one of {', '.join(RERANKERS)}, "
+                          "true (SuperGlobal's defaults), a mapping of SuperGlobalRerank arguments, or null")
     return SuperGlobalRerank(**dict(rerank))
 
 
@@ -136,7 +148,9 @@ def evaluate_benchmarks(
     whitening: PCAWhitening | str | Path | None = None,
     whitening_fit: Any = None,
     whitening_dim: int | None = None,
-    rerank: SuperGlobalRerank | Mapping[str, Any] | bool | None = None,
+    rerank: SuperGlobalRerank | InstanceTokenRerank | Mapping[str, Any] | str | bool | None = None,
+    rerank_k: int | None = None,
+    tokens: int = 16,
     scales: Sequence[float] = (1.0,),
     multiscale_reduce: str = "mean",
     tlc_train_size: int | Sequence[int] | None = None,
@@ -148,6 +162,7 @@ def evaluate_benchmarks(
     write_submissions: bool = False,
     meta: Mapping[str, Any] | None = None,
     published: Mapping[str, float] | None = None,
+    extractor: Any = None,
 ) -> list[RetrievalResult]:
     """Evaluate ``model`` on every benchmark and write the report.
 
@@ -166,8 +181,12 @@ def evaluate_benchmarks(
         progress: tqdm bars over the extraction (``None``: only when stderr is a terminal).
         whitening: a fitted :class:`PCAWhitening` or the ``.npz`` it was saved to; or fit one here on
             ``whitening_fit`` (folder / paths / benchmark node of *training* images) to ``whitening_dim``.
-        rerank: ``True`` for SuperGlobal's defaults, a mapping of :class:`SuperGlobalRerank` arguments,
-            or an instance.
+        rerank: ``True`` (or ``"superglobal"``) for SuperGlobal's defaults, a mapping of
+            :class:`SuperGlobalRerank` arguments, ``"instance_tokens"`` for late interaction of ``tokens``
+            instance tokens per image (:class:`~aggzoo.evaluation.late_interaction.InstanceTokenRerank`;
+            float16 token files under ``store_dir``), or an instance.
+        rerank_k: the shortlist re-ranked (``top_m``; default 400 for SuperGlobal, 100 for instance tokens).
+        tokens: ``K``, instance tokens kept per image (``rerank="instance_tokens"``).
         scales, multiscale_reduce, tlc_train_size: see :func:`test_time_model`.
         pictures: write the recall curves and one qualitative grid per benchmark.
         save_predictions: ``predictions_<name>.npy`` (``[Q, K]`` database indices).
@@ -177,6 +196,8 @@ def evaluate_benchmarks(
         published: the model's published figures (a :class:`~aggzoo.hub.cfg.PretrainedCfg`'s
             ``metrics``: ``"<benchmark>/R@<k>" -> percent``), recorded beside ours in each result of a
             benchmark they name (by its config name or its own name): ``published`` and ``delta``.
+        extractor: extracts the benchmark descriptors in place of
+            :func:`~aggzoo.evaluation.retrieval.extract_descriptors` (e.g. sharded across DDP ranks).
 
     Returns:
         One :class:`RetrievalResult` per benchmark, in order.
@@ -197,19 +218,26 @@ def evaluate_benchmarks(
         log.info("PCA-whitening fitted: %d -> %d dims", whitening.in_dim, whitening.out_dim)
         if out_dir is not None:
             whitening.save(out_dir / "whitening.npz")
-    reranker = _as_rerank(rerank)
+    reranker = _as_rerank(rerank, rerank_k, tokens)
 
     results = []
     for name, node in items:
         retrieval_set = load_benchmark(node)
         log.info("%s: %d queries, %d database images", name, retrieval_set.num_queries, retrieval_set.num_database)
+        set_rerank = reranker
+        if getattr(reranker, "needs_images", False):  # instance tokens: extracted from this set's images
+            set_rerank = reranker.bind(eval_model, retrieval_set, transform, store_dir=store_dir, ks=ks,
+                                       progress=progress, **extract)
         result = evaluate_retrieval(
             eval_model, retrieval_set, transform, ks=ks, dtype=np.dtype(descriptor_dtype),
             autocast_dtype=autocast_dtype, index=index, search_params=search_params, use_gpu=use_gpu,
             refine=refine, refine_store=refine_store, store_dir=store_dir, progress=progress,
-            whitening=whitening, rerank=reranker, keep_descriptors=save_descriptors, **extract,
+            whitening=whitening, rerank=set_rerank, keep_descriptors=save_descriptors, extractor=extractor,
+            **extract,
         )
         record_published(result, published_figures(published or {}, (name, result.name)))
+        if set_rerank is not reranker:
+            result.extras["instance_tokens"] = set_rerank.stats
         results.append(result)
         log.info("%s: %s", name, ", ".join(f"R@{k} {100 * v:.2f}" for k, v in result.recalls.items()))
         if out_dir is not None:

@@ -568,6 +568,7 @@ def evaluate_retrieval(
     refine_store: str = "ram",
     store_dir: str | Path | None = None,
     progress: bool | None = None,
+    extractor: Callable[..., np.ndarray] | None = None,
 ) -> RetrievalResult:
     """Extract database and query descriptors, search, and compute Recall@k.
 
@@ -583,6 +584,8 @@ def evaluate_retrieval(
             database descriptors are written to a memory-mapped ``<name>_database.npy`` (in ``dtype``) under
             ``store_dir`` (default a temporary folder, removed afterwards) and never held in RAM whole.
         progress: tqdm bars over the extraction batches (``None``: only on a terminal).
+        extractor: what extracts the descriptors, called as :func:`extract_descriptors` (the default), e.g.
+            :class:`aggzoo.training.sharded_extraction.ShardedExtractor` (sharded across DDP ranks).
 
     See :func:`extract_descriptors` (``batch_size``, ``num_workers``, ``device``, ``dtype``,
     ``autocast_dtype``) and :func:`search` (``index``, ``search_params``, ``use_gpu``) for the others.
@@ -597,10 +600,11 @@ def evaluate_retrieval(
         if on_disk:
             folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{retrieval_set.name}_database.npy" if on_disk else None
-        database = extract_descriptors(model, retrieval_set.database_paths, transform, out_path=path,
-                                       desc=f"{retrieval_set.name} database", **extract)
-        queries = extract_descriptors(model, retrieval_set.query_paths, transform,
-                                      desc=f"{retrieval_set.name} queries", **extract)
+        extract_fn = extractor if extractor is not None else extract_descriptors
+        database = extract_fn(model, retrieval_set.database_paths, transform, out_path=path,
+                              desc=f"{retrieval_set.name} database", **extract)
+        queries = extract_fn(model, retrieval_set.query_paths, transform,
+                             desc=f"{retrieval_set.name} queries", **extract)
         if whitening is not None:
             queries = whitening(queries)
             database = _map_rows(whitening, database, folder / f"{retrieval_set.name}_database_whitened.npy" if on_disk else None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import shutil
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,6 +61,7 @@ from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt
 from aggzoo.training.datamodule import VPRDataModule
 from aggzoo.training.interrupt import StoppedByCtrlC
 from aggzoo.training.module import VPRLightningModule
+from aggzoo.training.sharded_extraction import ShardedExtractor
 from aggzoo.training.timing import StepTimer
 
 __all__ = ["TrainingParts", "build_training", "compose_run_config", "evaluate", "load_benchmarks", "model_spec",
@@ -478,6 +480,21 @@ def untrained_note(model: torch.nn.Module) -> str:
             "ckpt_path=<checkpoint, run folder or zoo name>).")
 
 
+def _sharded_extractor(cfg: DictConfig, options: dict[str, Any]) -> tuple[ShardedExtractor | None, Path | None]:
+    """``trainer=ddp`` (or any ``trainer`` node): extraction through Lightning's predict loop on every rank,
+    shards under ``evaluation.store_dir`` (kept) or ``<run>/descriptor_shards`` (removed afterwards)."""
+    if cfg.get("trainer") is None:
+        return None, None
+    store = options.get("store_dir")
+    if store and options.get("rerank") == "instance_tokens":
+        # The token pass is not sharded: every rank would write the same token files under store_dir at once.
+        raise ConfigError("evaluation.rerank=instance_tokens with a trainer (distributed extraction) needs "
+                          "evaluation.store_dir=null: each rank then keeps its token files in its own temporary folder")
+    folder = Path(store) if store else Path(cfg.paths.output_dir) / "descriptor_shards"
+    trainer_factory = instantiate(cfg.trainer, _partial_=True)
+    return ShardedExtractor(trainer_factory, folder), None if store else folder
+
+
 def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     """Evaluate ``cfg.model`` / ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when
     both are null) on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
@@ -512,11 +529,23 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
     guard = EvaluationGuard(cfg)
     sets = guard.prepare(model, sets, image_size=preflight_size(protocol, sets))  # bad_images=skip drops unreadable ones
-    results = evaluate_benchmarks(model.to(device), sets, transform, output_dir=cfg.paths.output_dir,
-                                  ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size if protocol.fixed_size else 1,
-                                  num_workers=cfg.num_workers, device=device, meta=meta,
-                                  published=named.pretrained_cfg.metrics if named and named.pretrained_cfg else None,
-                                  **options)
+    extractor, shards = _sharded_extractor(cfg, options)
+    # Under trainer=ddp every rank runs this job; rank 0 alone writes the report and prints.
+    writer = extractor is None or extractor.is_global_zero
+    if not writer:
+        options["pictures"] = False
+    try:
+        results = evaluate_benchmarks(model.to(device), sets, transform,
+                                      output_dir=cfg.paths.output_dir if writer else None,
+                                      ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size if protocol.fixed_size else 1,
+                                      num_workers=cfg.num_workers, device=device, meta=meta,
+                                      published=named.pretrained_cfg.metrics if named and named.pretrained_cfg else None,
+                                      extractor=extractor, **options)
+    finally:
+        if shards is not None and writer:
+            shutil.rmtree(shards, ignore_errors=True)
+    if not writer:
+        return results
     guard.annotate(results)
     print(format_table(results))
     if notes := guard.notes(results):
