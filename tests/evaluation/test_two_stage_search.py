@@ -222,3 +222,15 @@ def test_a_gpu_index_keeps_its_resources_through_the_attribute_faiss_allows() ->
     quantizer_refs = list(ivf.referenced_objects)
     _keep_alive(ivf, owner)
     assert ivf.referenced_objects == [*quantizer_refs, owner]  # FAISS's own references are kept
+
+
+def test_preflight_accepts_an_l2_only_first_stage_exactly_where_the_search_does() -> None:
+    from aggzoo.run.preflight import evaluation_option_problems
+
+    disk = {"index": "ITQ32,LSHt", "refine": 100, "refine_store": "disk"}
+    assert evaluation_option_problems(disk, D) == []
+    for refused in ({**disk, "refine_store": "ram"}, {"index": "ITQ32,LSHt"}):
+        (problem,) = evaluation_option_problems(refused, D)
+        assert "L2 metric only" in problem and "evaluation.refine_store=disk" in problem
+    (problem,) = evaluation_option_problems({"index": "IVF16,Nonsense"}, D)
+    assert "not a FAISS index_factory string" in problem
