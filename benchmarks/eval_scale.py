@@ -4,7 +4,9 @@
     python benchmarks/eval_scale.py --sizes 1000,10000,100000,1000000 --dims 512,2048,4096 --max-cells 5000000000
     python benchmarks/eval_scale.py --skip-extraction --indexes Flat,HNSW32,IVFPQfs --hnsw-ef 512 --nprobe 64
     python benchmarks/eval_scale.py --skip-extraction --skip-search --two-stage-sizes 1000000 --stores disk \
-        --two-stage-nprobe 32,64,128,256 --repeats 1                # the 1M x 1024 two-stage rows (~10 min)
+        --two-stage-indexes ITQ,PQfs16,PQfs,ITQ512 --refine 100,200,400  # the 1M x 1024 two-stage rows (~8 GB RAM)
+    python benchmarks/eval_scale.py --skip-search --skip-two-stage --images 64 --repeats 5 \
+        --extraction-variants fp32,channels_last,bf16 --precision-model netvlad_efficientnet_lite0.synthetic
 
 Extraction: a real model (``--backbone``, default the ImageNet EfficientNet-Lite0 at 224x224) on
 ``--images`` synthetic JPEGs (480x640, written to a temporary folder), through
@@ -14,7 +16,9 @@ bound: the forward pass alone on the very batches the pipeline builds (same imag
 and batch sizes), decoded beforehand, under the same eval and inference modes, descriptors copied to
 NumPy as the pipeline does -- so the ratio is the cost of reading and resizing. (It used to run on
 ``torch.rand`` batches: other values, an untimed warm-up only for itself; it came out slower than the
-pipeline it bounds.)
+pipeline it bounds.) Each ``--extraction-variants`` entry (``fp32``, ``channels_last``, ``bf16`` / ``fp16``
+autocast) is timed with its own forward-only baseline; ``--precision-model`` adds the recall of
+``eval.py ckpt_path=<model> evaluation.precision=<p>`` on the synthetic benchmark for each ``--precisions``.
 
 Search: synthetic L2-normalised descriptors that look like VPR data: places grouped in look-alike
 neighbourhoods (clusters of ~30), each query a noisy view of one database image (its positive, cosine
@@ -35,10 +39,13 @@ the fraction of queries whose top-1 equals exact search's. The process's peak RS
 
 Two-stage search (``--two-stage-*``, issue 12): :func:`search` with ``refine=M``: a first stage
 (``IVFPQ``: D/8-byte codes; ``IVFPQfs``: 4-bit fast scan, D/16 bytes; ~sqrt(N) lists, trained on 64 rows
-per list by default; ``ITQ``: 256-bit binary codes searched exhaustively by Hamming distance) returns M candidates,
+per list by default; exhaustive, no lists: ``PQfs`` / ``PQfs16`` 4-bit fast-scan PQ of D/8 / D/16 bytes,
+``ITQ`` / ``ITQ512`` 256- / 512-bit binary codes searched by Hamming distance) returns M candidates,
 re-scored exactly against the full-precision database, memory-mapped from a ``--store-dtype`` ``.npy``
 file (``disk``: RAM holds only the codes) or inside FAISS's IndexRefineFlat (``ram``: a float32 copy).
-One build is searched at each ``--two-stage-nprobe``. RAM = bytes the index holds. The table ends with
+One build is searched at each ``--two-stage-nprobe`` and each ``--refine`` M. RAM = the serialised
+first-stage index (codes, ids, centroids, rotations; plus the float32 copy of the ``ram`` store); not
+counted: the mapped file's pages and the re-scoring's transient block (<= 64 MB per chunk of queries). The table ends with
 the configurations within 0.5 R@1 of Flat, >= 10x faster per query and holding <= 1/8 of Flat's bytes.
 """
 
