@@ -4,7 +4,9 @@
     python benchmarks/eval_scale.py --sizes 1000,10000,100000,1000000 --dims 512,2048,4096 --max-cells 5000000000
     python benchmarks/eval_scale.py --skip-extraction --indexes Flat,HNSW32,IVFPQfs --hnsw-ef 512 --nprobe 64
     python benchmarks/eval_scale.py --skip-extraction --skip-search --two-stage-sizes 1000000 --stores disk \
-        --two-stage-nprobe 32,64,128,256 --repeats 1                # the 1M x 1024 two-stage rows (~10 min)
+        --two-stage-indexes ITQ,PQfs16,PQfs,ITQ512 --refine 100,200,400  # the 1M x 1024 two-stage rows (~8 GB RAM)
+    python benchmarks/eval_scale.py --skip-search --skip-two-stage --images 64 --repeats 5 \
+        --extraction-variants fp32,channels_last,bf16 --precision-model netvlad_efficientnet_lite0.synthetic
 
 Extraction: a real model (``--backbone``, default the ImageNet EfficientNet-Lite0 at 224x224) on
 ``--images`` synthetic JPEGs (480x640, written to a temporary folder), through
@@ -14,7 +16,9 @@ bound: the forward pass alone on the very batches the pipeline builds (same imag
 and batch sizes), decoded beforehand, under the same eval and inference modes, descriptors copied to
 NumPy as the pipeline does -- so the ratio is the cost of reading and resizing. (It used to run on
 ``torch.rand`` batches: other values, an untimed warm-up only for itself; it came out slower than the
-pipeline it bounds.)
+pipeline it bounds.) Each ``--extraction-variants`` entry (``fp32``, ``channels_last``, ``bf16`` / ``fp16``
+autocast) is timed with its own forward-only baseline; ``--precision-model`` adds the recall of
+``eval.py ckpt_path=<model> evaluation.precision=<p>`` on the synthetic benchmark for each ``--precisions``.
 
 Search: synthetic L2-normalised descriptors that look like VPR data: places grouped in look-alike
 neighbourhoods (clusters of ~30), each query a noisy view of one database image (its positive, cosine
@@ -35,10 +39,13 @@ the fraction of queries whose top-1 equals exact search's. The process's peak RS
 
 Two-stage search (``--two-stage-*``, issue 12): :func:`search` with ``refine=M``: a first stage
 (``IVFPQ``: D/8-byte codes; ``IVFPQfs``: 4-bit fast scan, D/16 bytes; ~sqrt(N) lists, trained on 64 rows
-per list by default; ``ITQ``: 256-bit binary codes searched exhaustively by Hamming distance) returns M candidates,
+per list by default; exhaustive, no lists: ``PQfs`` / ``PQfs16`` 4-bit fast-scan PQ of D/8 / D/16 bytes,
+``ITQ`` / ``ITQ512`` 256- / 512-bit binary codes searched by Hamming distance) returns M candidates,
 re-scored exactly against the full-precision database, memory-mapped from a ``--store-dtype`` ``.npy``
 file (``disk``: RAM holds only the codes) or inside FAISS's IndexRefineFlat (``ram``: a float32 copy).
-One build is searched at each ``--two-stage-nprobe``. RAM = bytes the index holds. The table ends with
+One build is searched at each ``--two-stage-nprobe`` and each ``--refine`` M. RAM = the serialised
+first-stage index (codes, ids, centroids, rotations; plus the float32 copy of the ``ram`` store); not
+counted: the mapped file's pages and the re-scoring's transient block (<= 64 MB per chunk of queries). The table ends with
 the configurations within 0.5 R@1 of Flat, >= 10x faster per query and holding <= 1/8 of Flat's bytes.
 """
 
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import resource
 import sys
 import tempfile
@@ -69,14 +77,18 @@ TRAIN_ROWS = 10_000
 # ------------------------------------------------------------------------------------------- extraction
 
 
-def extraction_table(backbone: str, image_size: int, num_images: int, batch_size: int, repeats: int) -> str:
+def extraction_table(backbone: str, image_size: int, num_images: int, batch_size: int, repeats: int,
+                     workers: Sequence[int] = (0, 2), variants: Sequence[str] = ("fp32",)) -> str:
+    """Images/s of :func:`extract_descriptors` against the bare forward, per variant (``fp32``,
+    ``channels_last``, ``bf16``, ``fp16``: autocast dtype / memory format), each pipeline row against the
+    forward of its own variant measured in the same run."""
     import torch
     from PIL import Image
     from torch.utils.data import DataLoader
 
     from aggzoo.data.retrieval_set import ImageListDataset
     from aggzoo.data.transforms import eval_transform
-    from aggzoo.evaluation.retrieval import extract_descriptors
+    from aggzoo.evaluation.retrieval import PRECISIONS, extract_descriptors
     from aggzoo.models.backbones.timm_backbone import TimmBackbone
     from aggzoo.models.heads.gem import GeM
     from aggzoo.models.modes import evaluating
@@ -92,27 +104,65 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
             path = Path(tmp) / f"{i:05d}.jpg"
             Image.fromarray(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(path)
             paths.append(path)
-        # The lower bound: the very batches the pipeline feeds the model (same images, dtype, memory
-        # format and batch sizes), decoded beforehand, under the same eval mode and inference mode,
-        # with the same copy of the descriptors to NumPy -- everything but reading and resizing.
-        batches = [images for images, _ in DataLoader(ImageListDataset(paths, transform), batch_size=batch_size)]
+        decoded = [images for images, _ in DataLoader(ImageListDataset(paths, transform), batch_size=batch_size)]
+        for variant in variants:
+            channels_last = variant == "channels_last"
+            autocast = PRECISIONS.get(variant)
+            memory_format = torch.channels_last if channels_last else torch.contiguous_format
+            # The lower bound: the very batches the pipeline feeds the model (same images, dtype, memory
+            # format and batch sizes), decoded beforehand, under the same eval mode, inference mode and
+            # autocast, with the same copy of the descriptors to NumPy -- everything but reading and resizing.
+            batches = [images.contiguous(memory_format=memory_format) for images in decoded]
 
-        def forward_only() -> None:
-            with evaluating(model), torch.inference_mode():
-                for images in batches:
-                    model(images).float().cpu().numpy()
+            def forward_only(batches=batches, autocast=autocast, memory_format=memory_format) -> None:
+                model.to(memory_format=memory_format)
+                try:
+                    with evaluating(model), torch.inference_mode(), torch.autocast(
+                            "cpu", dtype=autocast, enabled=autocast is not None):
+                        for images in batches:
+                            model(images).float().cpu().numpy()
+                finally:
+                    model.to(memory_format=torch.contiguous_format)
 
-        forward_rate = num_images / median_seconds(forward_only, repeats)
-        rows.append(("forward only (decoded batches)", forward_rate, 1.0))
-        for workers in (0, 2):
-            seconds = median_seconds(lambda: extract_descriptors(model, paths, transform, batch_size=batch_size,
-                                                                 num_workers=workers, progress=False), repeats)
-            rate = num_images / seconds
-            rows.append((f"extract_descriptors, {workers} workers", rate, rate / forward_rate))
+            forward_rate = num_images / median_seconds(forward_only, repeats)
+            rows.append((f"{variant}: forward only (decoded batches)", forward_rate, 1.0))
+            for n_workers in workers:
+                seconds = median_seconds(functools.partial(
+                    extract_descriptors, model, paths, transform, batch_size=batch_size, num_workers=n_workers,
+                    autocast_dtype=autocast, channels_last=channels_last, progress=False), repeats)
+                rate = num_images / seconds
+                rows.append((f"{variant}: extract_descriptors, {n_workers} workers", rate, rate / forward_rate))
     out = [f"Extraction: {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs "
-           f"480x640, torch threads {torch.get_num_threads()}; medians of {repeats} after a warm-up",
-           f"{'pipeline':<36} {'images/s':>9} {'vs forward':>11}"]
-    out += [f"{name:<36} {rate:>9.1f} {ratio:>10.2f}x" for name, rate, ratio in rows]
+           f"480x640, torch threads {torch.get_num_threads()}; medians of {repeats} after a warm-up; each "
+           "pipeline row against the forward of its own variant",
+           f"{'pipeline':<50} {'images/s':>9} {'vs forward':>11}"]
+    out += [f"{name:<50} {rate:>9.1f} {ratio:>10.2f}x" for name, rate, ratio in rows]
+    return "\n".join(out)
+
+
+def precision_table(model_name: str, precisions: Sequence[str], benchmark: str = "synthetic_test") -> str:
+    """Recall of ``python eval.py ckpt_path=<model_name> evaluation.precision=<p>`` for each precision,
+    run in this process through the real pipeline (Hydra composition, the benchmark loader, FAISS)."""
+    from aggzoo.run.pipeline import compose_run_config, evaluate
+
+    root = Path(__file__).resolve().parents[1]
+    rows = []
+    for precision in precisions:
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = compose_run_config(root / "conf", "eval", [
+                f"ckpt_path={model_name}", f"benchmark=[{benchmark}]", f"evaluation.precision={precision}",
+                "evaluation.pictures=false", "check_images=none"], tmp)
+            start = time.perf_counter()
+            (result,) = evaluate(cfg)
+            rows.append((precision, result.recalls, result.extraction_seconds, time.perf_counter() - start))
+    base = rows[0][1]
+    ks = list(base)
+    out = [f"Precision: {model_name} on {benchmark} (python eval.py ckpt_path={model_name} "
+           f"evaluation.precision=...), recall change against {rows[0][0]}",
+           f"{'precision':<10} " + " ".join(f"{f'R@{k}':>7}" for k in ks) + f" {'dR@1':>6} {'extract s':>10}"]
+    for precision, recalls, extract_s, _ in rows:
+        out.append(f"{precision:<10} " + " ".join(f"{100 * recalls[k]:>7.2f}" for k in ks)
+                   + f" {100 * (recalls[ks[0]] - base[ks[0]]):>+6.2f} {extract_s:>10.1f}")
     return "\n".join(out)
 
 
@@ -219,23 +269,32 @@ def two_stage_specs(n: int, d: int, nlist: int | None = None) -> dict[str, str]:
         "IVFPQ": f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 8, 256))}",
         "IVFPQfs": f"IVF{nlist},PQ{_divisor_at_most(d, min(d // 8, 1024))}x4fs",
         "IVFHNSWPQ": f"IVF{nlist}_HNSW32,PQ{_divisor_at_most(d, min(d // 8, 256))}",
-        # binary codes, min(256, D/2) bits (32 bytes at D >= 512), searched exhaustively by Hamming distance
+        # No inverted lists: every code is scanned, so no query loses its positive to a list it did not
+        # visit (on these clustered descriptors the IVF misses are list misses, not code errors).
+        # 4-bit fast-scan PQ of D/4 sub-vectors (D/8 bytes) or D/8 sub-vectors (D/16 bytes):
+        "PQfs": f"PQ{_divisor_at_most(d, d // 4)}x4fs",
+        "PQfs16": f"PQ{_divisor_at_most(d, d // 8)}x4fs",
+        # binary codes searched by Hamming distance: min(256, D/2) bits (32 bytes) or min(512, D/2) (64 bytes)
         "ITQ": f"ITQ{min(256, d // 2)},LSHt",
+        "ITQ512": f"ITQ{min(512, d // 2)},LSHt",
     }
 
 
 def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, configs: Sequence[str],
-                    repeats: int, refine: int, nprobes: Sequence[int], stores: Sequence[str], store_dtype: str,
+                    repeats: int, refines: Sequence[int], nprobes: Sequence[int], stores: Sequence[str], store_dtype: str,
                     store_dir: str | None, nlist: int | None = None, train_per_list: int = 64) -> str:
-    """Flat against first stage + exact re-scoring of ``refine`` candidates (``search(..., refine=M)``),
-    the full-precision vectors in RAM (FAISS IndexRefineFlat) or memory-mapped from a .npy file."""
+    """Flat against first stage + exact re-scoring of M candidates (``search(..., refine=M)``, each M of
+    ``refines`` on the same build), the full-precision vectors in RAM (FAISS IndexRefineFlat) or
+    memory-mapped from a .npy file."""
     import faiss
 
     header = (f"{'N':>9} {'D':>5} {'first stage':<22} {'nprobe':>6} {'M':>4} {'store':<6} {'build s':>8} {'ms/query':>9} "
               f"{'vs Flat':>8} {'RAM MB':>8} {'RAM/Flat':>8} {'disk MB':>8} {'R@1':>6} {'R@10':>6} {'top1=exact':>10}")
-    lines = [f"Two-stage search: {n_queries} queries, k = {K}, shortlist M = {refine}, "
-             f"disk store {store_dtype} (memory-mapped .npy); RAM = bytes the index holds (codes, centroids, "
-             f"the float32 copy of the 'ram' store; the mapped file's pages are the OS cache); medians of {repeats}",
+    lines = [f"Two-stage search: {n_queries} queries, k = {K}, shortlists M = {','.join(map(str, refines))}, "
+             f"disk store {store_dtype} (memory-mapped .npy); medians of {repeats}.",
+             "RAM = the serialised first-stage index: codes, ids, centroids, rotations (plus the float32 copy of "
+             "the 'ram' store). Not counted: the mapped file's pages (the OS page cache) and the re-scoring's "
+             "transient block (<= 64 MB per chunk of queries, freed after each chunk).",
              header, "-" * len(header)]
     verdicts = []
     for d in dims:
@@ -261,18 +320,23 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                              f"{'1.0x':>8} {flat_bytes / 2**20:>8.1f} {1.0:>8.3f} {'-':>8} {100 * flat_r[1]:>6.1f} "
                              f"{100 * flat_r[K]:>6.1f} {100.0:>9.1f}%")
                 stored = np.load(path, mmap_mode="r")
-                train_rows = min(n, max(TRAIN_ROWS, train_per_list * two_stage_nlist(n, nlist)))
                 for name in configs:
                     spec = two_stage_specs(n, d, nlist)[name]
+                    # IVF: enough rows per list for k-means; PQ / ITQ codes: TRAIN_ROWS is plenty
+                    train_rows = min(n, max(TRAIN_ROWS, train_per_list * two_stage_nlist(n, nlist))
+                                     if spec.startswith("IVF") else TRAIN_ROWS)
                     for store in stores:
-                        if store == "ram" and name == "ITQ":
+                        if store == "ram" and name.startswith("ITQ"):
                             continue  # FAISS's binary codes are L2-only: IndexRefineFlat would rank backwards
                         source = db if store == "ram" else stored
                         start = time.perf_counter()
-                        built = build_index(source, index=spec, train_size=train_rows, refine=refine, refine_store=store)
+                        built = build_index(source, index=spec, train_size=train_rows, refine=refines[0],
+                                            refine_store=store)
                         build_s = time.perf_counter() - start
                         is_ivf = spec.startswith("IVF")
-                        for nprobe in nprobes if is_ivf else ["-"]:  # one build, searched at each nprobe
+                        # one build, searched at each nprobe and shortlist size
+                        for nprobe, refine in itertools.product(nprobes if is_ivf else ["-"], refines):
+                            built.shortlist = refine
                             if is_ivf:
                                 faiss.ParameterSpace().set_index_parameters(built.first, f"nprobe={nprobe}")
                             predictions = search(source, q, K, index=built)
@@ -323,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--two-stage-indexes", default="IVFPQfs,ITQ",
                         help="first stages: IVFPQ (D/8 bytes), IVFPQfs (4-bit fast scan, D/16 bytes), IVFHNSWPQ, "
                              "ITQ (binary codes, 32 bytes)")
-    parser.add_argument("--refine", type=int, default=100, help="shortlist size M re-scored exactly")
+    parser.add_argument("--refine", default="100", help="shortlist sizes M re-scored exactly (comma-separated)")
     parser.add_argument("--stores", default="disk,ram", help="where stage 2 reads full vectors: disk, ram")
     parser.add_argument("--store-dtype", default="float16", choices=["float16", "float32"])
     parser.add_argument("--store-dir", default=None, help="folder for the memory-mapped store (default: temp)")
@@ -334,10 +398,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--images", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", default="0,2", help="extraction DataLoader workers to time (comma-separated)")
+    parser.add_argument("--extraction-variants", default="fp32,channels_last",
+                        help="extraction variants: fp32, channels_last, bf16, fp16 (autocast)")
+    parser.add_argument("--precision-model", default=None,
+                        help="a model name for ckpt_path= (e.g. netvlad_efficientnet_lite0.synthetic): the recall "
+                             "of eval.py at each --precisions on the synthetic benchmark")
+    parser.add_argument("--precisions", default="fp32,bf16,fp16", help="evaluation.precision values to compare")
     args = parser.parse_args(argv)
 
     if not args.skip_extraction:
-        print(extraction_table(args.backbone, args.image_size, args.images, args.batch_size, args.repeats), flush=True)
+        print(extraction_table(args.backbone, args.image_size, args.images, args.batch_size, args.repeats,
+                               [int(w) for w in args.workers.split(",")],
+                               [v for v in args.extraction_variants.split(",") if v]), flush=True)
+        print()
+    if args.precision_model:
+        print(precision_table(args.precision_model, [p for p in args.precisions.split(",") if p]), flush=True)
         print()
     sizes = [int(s) for s in args.sizes.split(",")]
     dims = [int(s) for s in args.dims.split(",")]
@@ -350,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.skip_two_stage:
         print(two_stage_table([int(s) for s in args.two_stage_sizes.split(",")],
                               [int(s) for s in args.two_stage_dims.split(",")], args.queries,
-                              [s for s in args.two_stage_indexes.split(",") if s], args.repeats, args.refine,
+                              [s for s in args.two_stage_indexes.split(",") if s], args.repeats,
+                              [int(m) for m in args.refine.split(",")],
                               [int(s) for s in args.two_stage_nprobe.split(",")],
                               [s for s in args.stores.split(",") if s], args.store_dtype,
                               args.store_dir, args.nlist, args.train_per_list), flush=True)

@@ -191,3 +191,48 @@ def test_the_eval_config_names_the_two_stage_options() -> None:
     accepted = set(inspect.signature(evaluate_benchmarks).parameters)
     # run.pipeline passes the node as keyword arguments, less the protocol's keys (run.eval_by_name)
     assert options - set(PROTOCOL_KEYS) <= accepted
+
+
+@pytest.mark.parametrize("store", ["ram", "disk"])
+def test_a_shortlist_of_the_whole_database_gives_the_exact_top_k(data: tuple, store: str, tmp_path: Path) -> None:
+    # With M = N every row is a candidate: whatever the first stage ranks, the exact second stage must
+    # return Flat's top-k, ids and scores (the disk store read from a float32 memory-mapped file).
+    db, q = data
+    if store == "disk":
+        np.save(tmp_path / "database.npy", db)
+        db = np.load(tmp_path / "database.npy", mmap_mode="r")
+    exact_scores, exact_ids = search_with_scores(db, q, K)
+    scores, ids = search_with_scores(db, q, K, index="IVF16,PQ4", search_params="nprobe=16", refine=N,
+                                     refine_store=store)
+    np.testing.assert_array_equal(ids, exact_ids)
+    np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
+
+
+def test_a_gpu_index_keeps_its_resources_through_the_attribute_faiss_allows() -> None:
+    # faiss >= 1.8 refuses unknown attributes on its objects (the old `index.aggzoo_gpu_resources = res`
+    # raised AttributeError on every GPU index); the reference goes into FAISS's own `referenced_objects`.
+    from aggzoo.evaluation.retrieval import _keep_alive
+
+    index = faiss.IndexFlatIP(4)
+    if tuple(int(v) for v in faiss.__version__.split(".")[:2]) >= (1, 8):
+        with pytest.raises(AttributeError):
+            index.aggzoo_gpu_resources = object()
+    owner = object()
+    assert _keep_alive(index, owner) is index
+    assert index.referenced_objects[-1] is owner
+    ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(4), 4, 2, faiss.METRIC_INNER_PRODUCT)
+    quantizer_refs = list(ivf.referenced_objects)
+    _keep_alive(ivf, owner)
+    assert ivf.referenced_objects == [*quantizer_refs, owner]  # FAISS's own references are kept
+
+
+def test_preflight_accepts_an_l2_only_first_stage_exactly_where_the_search_does() -> None:
+    from aggzoo.run.preflight import evaluation_option_problems
+
+    disk = {"index": "ITQ32,LSHt", "refine": 100, "refine_store": "disk"}
+    assert evaluation_option_problems(disk, D) == []
+    for refused in ({**disk, "refine_store": "ram"}, {"index": "ITQ32,LSHt"}):
+        (problem,) = evaluation_option_problems(refused, D)
+        assert "L2 metric only" in problem and "evaluation.refine_store=disk" in problem
+    (problem,) = evaluation_option_problems({"index": "IVF16,Nonsense"}, D)
+    assert "not a FAISS index_factory string" in problem

@@ -51,3 +51,22 @@ def test_gsp_prototypes_are_greedy_k_centers_of_pooled_training_embeddings(tiny_
     expected = greedy_k_center(embeddings[K:], K, seeds=embeddings[:K])
     torch.testing.assert_close(model.head.prototypes.detach(), expected, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(before, expected)
+
+
+def test_the_data_init_samples_show_a_bar_only_when_asked_or_on_a_terminal(capsys) -> None:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from aggzoo.training.callbacks import pooled_init_targets, sample_local_descriptors, sample_pooled_embeddings
+
+    torch.manual_seed(0)
+    model = VPRModel(TimmBackbone("test_resnet", out_indices=(3,)),
+                     functools.partial(GSP, embedding_dim=16, num_prototypes=K))
+    loader = DataLoader(TensorDataset(torch.rand(6, 3, 32, 48), torch.zeros(6)), batch_size=2)
+    sample = functools.partial(sample_local_descriptors, model, loader, per_image=5, seed=0, device=torch.device("cpu"))
+    shown = sample(progress=True)
+    err = capsys.readouterr().err
+    assert "k-means init sample" in err and "3/3" in err
+    torch.testing.assert_close(sample(), shown)  # the bar changes nothing
+    assert capsys.readouterr().err == ""  # stderr is not a terminal under pytest
+    sample_pooled_embeddings(model, loader, pooled_init_targets(model), device=torch.device("cpu"), progress=True)
+    assert "pooled init sample" in capsys.readouterr().err

@@ -32,7 +32,14 @@ from aggzoo.evaluation.report import (
     write_json,
     write_markdown,
 )
-from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, extract_descriptors
+from aggzoo.evaluation.retrieval import (
+    DEFAULT_KS,
+    PRECISIONS,
+    RetrievalResult,
+    autocast_dtype_of,
+    evaluate_retrieval,
+    extract_descriptors,
+)
 from aggzoo.evaluation.submission import write_msls_submission
 from aggzoo.models.input_size import size_multiple
 from aggzoo.models.multiscale import MultiScale
@@ -138,6 +145,7 @@ def evaluate_benchmarks(
     device: torch.device | str | None = None,
     descriptor_dtype: str = "float32",
     autocast_dtype: torch.dtype | None = None,
+    precision: str = "fp32",
     index: str = "Flat",
     search_params: str | None = None,
     use_gpu: bool | None = None,
@@ -173,6 +181,9 @@ def evaluate_benchmarks(
             ``retrievals_<name>.png`` go (nothing is written when ``None``).
         descriptor_dtype: ``"float16"`` halves descriptor memory (use ``index="SQfp16"`` to keep it
             half in the index too).
+        precision: ``evaluation.precision``: ``"bf16"`` / ``"fp16"`` run the model under autocast
+            during extraction (faster on GPUs; the recall cost is in benchmarks/eval_scale.py); an
+            explicit ``autocast_dtype`` wins.
         index, search_params, use_gpu: see :func:`aggzoo.evaluation.retrieval.search`.
         refine, refine_store, store_dir: two-stage search: ``index`` gives a shortlist of ``refine``
             candidates, re-scored exactly against descriptors in RAM or (``"disk"``) in a memory-mapped
@@ -203,6 +214,8 @@ def evaluate_benchmarks(
         One :class:`RetrievalResult` per benchmark, in order.
     """
     items = list(benchmarks.items()) if isinstance(benchmarks, Mapping) else [(b.name, b) for b in benchmarks]
+    if autocast_dtype is None:
+        autocast_dtype = autocast_dtype_of(precision)
     if not items:
         raise ValueError("no benchmark selected: pass benchmark=<name> or benchmark=[a,b] (see conf/benchmark/)")
     out_dir = Path(output_dir) if output_dir is not None else None
@@ -253,6 +266,7 @@ def evaluate_benchmarks(
                 plot_retrievals(result, out_dir / f"retrievals_{name}.png", num_queries=grid_queries, k=grid_k)
     if out_dir is not None:
         settings = {"index": index, "search_params": search_params, "descriptor_dtype": descriptor_dtype,
+                    "precision": next((k for k, v in PRECISIONS.items() if v == autocast_dtype), str(autocast_dtype)),
                     "refine": refine, "refine_store": refine_store if refine is not None else None,
                     "whitening_dim": whitening.out_dim if whitening is not None else None,
                     "rerank": vars(reranker) if reranker is not None else None, "scales": list(scales),

@@ -351,13 +351,25 @@ def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) 
     except ImportError:  # the torch search of tiny sets needs no index string
         faiss = None
     index, params = options.get("index"), options.get("search_params")
+    # The disk store's first stage may be a type FAISS builds for L2 only (binary ITQ/LSH codes): the
+    # search layer accepts it there (retrieval.build_index), so the probe must too.
+    l2_ok = options.get("refine") is not None and options.get("refine_store") == "disk"
     if faiss is not None and isinstance(index, str):
         try:
             probe = faiss.index_factory(int(out_dim), index, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as err:
             probe = None
-            problems.append(f"evaluation.index={index} is not a FAISS index_factory string for {out_dim}-D descriptors "
-                            f"({_faiss_reason(err)}); e.g. evaluation.index=Flat (exact), SQfp16, HNSW32 or IVF1024,PQ16")
+            if "METRIC_L2" not in str(err):
+                problems.append(f"evaluation.index={index} is not a FAISS index_factory string for {out_dim}-D "
+                                f"descriptors ({_faiss_reason(err)}); e.g. evaluation.index=Flat (exact), SQfp16, "
+                                "HNSW32 or IVF1024,PQ16")
+            elif l2_ok:
+                probe = faiss.index_factory(int(out_dim), index, faiss.METRIC_L2)
+            else:
+                problems.append(f"evaluation.index={index}: FAISS builds it with the L2 metric only, which would rank "
+                                "inner products backwards; use it as the first stage of a two-stage search "
+                                "(evaluation.refine=100 evaluation.refine_store=disk) or pick Flat, SQfp16, HNSW32, "
+                                "IVF1024,PQ16")
         if probe is not None and params:
             try:
                 faiss.ParameterSpace().set_index_parameters(probe, str(params))

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aggzoo.data.progress import progress_bar
 from aggzoo.errors import ImageReadError
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.data_init import DataInit, DataInitDeclaring
@@ -47,11 +48,12 @@ def _local_feature_map(backbone: nn.Module, images: Tensor) -> Tensor:
 @torch.no_grad()
 def sample_pooled_embeddings(model: nn.Module, loader: torch.utils.data.DataLoader,
                              targets: list[DataInitDeclaring], *,
-                             device: torch.device) -> list[Tensor]:
-    """For each target, its ``pooled_embedding(backbone features)`` of every image: ``[N, D]`` each."""
+                             device: torch.device, progress: bool | None = None) -> list[Tensor]:
+    """For each target, its ``pooled_embedding(backbone features)`` of every image: ``[N, D]`` each.
+    ``progress``: a tqdm bar over the batches (``None``: only on a terminal)."""
     chunks: list[list[Tensor]] = [[] for _ in targets]
-    with evaluating(model):
-        for batch in loader:
+    with evaluating(model), progress_bar(loader, progress, "pooled init sample", unit="batch") as batches:
+        for batch in batches:
             if batch is None:  # every image of the batch was unreadable and skipped (bad_images=skip)
                 continue
             images, _ = batch
@@ -66,13 +68,15 @@ def sample_pooled_embeddings(model: nn.Module, loader: torch.utils.data.DataLoad
 
 @torch.no_grad()
 def sample_local_descriptors(model: nn.Module, loader: torch.utils.data.DataLoader, *,
-                             per_image: int, seed: int, device: torch.device) -> Tensor:
+                             per_image: int, seed: int, device: torch.device,
+                             progress: bool | None = None) -> Tensor:
     """L2-normalised local features ``[N, C]`` of the backbone's last map, ``per_image`` random
-    positions per image (all positions when the map is smaller)."""
+    positions per image (all positions when the map is smaller). ``progress``: a tqdm bar over the
+    batches (``None``: only on a terminal)."""
     gen = torch.Generator().manual_seed(seed)
     chunks = []
-    with evaluating(model):
-        for batch in loader:
+    with evaluating(model), progress_bar(loader, progress, "k-means init sample", unit="batch") as batches:
+        for batch in batches:
             if batch is None:  # every image of the batch was unreadable and skipped (bad_images=skip)
                 continue
             images = batch[0].to(device)
