@@ -31,8 +31,8 @@ from torch.utils.data import DataLoader
 
 from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
-from aggzoo.evaluation.batch_dependence import batch_dependence_record
 from aggzoo.errors import ConfigError
+from aggzoo.evaluation.batch_dependence import batch_dependence_record
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
 from aggzoo.models.modes import evaluating
 
