@@ -126,12 +126,14 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
 
             forward_rate = num_images / median_seconds(forward_only, repeats)
             rows.append((f"{variant}: forward only (decoded batches)", forward_rate, 1.0))
+            print(f"{rows[-1][0]:<50} {forward_rate:>9.1f}", file=sys.stderr, flush=True)  # progress of long runs
             for n_workers in workers:
                 seconds = median_seconds(functools.partial(
                     extract_descriptors, model, paths, transform, batch_size=batch_size, num_workers=n_workers,
                     autocast_dtype=autocast, channels_last=channels_last, progress=False), repeats)
                 rate = num_images / seconds
                 rows.append((f"{variant}: extract_descriptors, {n_workers} workers", rate, rate / forward_rate))
+                print(f"{rows[-1][0]:<50} {rate:>9.1f} {rate / forward_rate:>10.2f}x", file=sys.stderr, flush=True)
     out = [f"Extraction: {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs "
            f"480x640, torch threads {torch.get_num_threads()}; medians of {repeats} after a warm-up; each "
            "pipeline row against the forward of its own variant",
@@ -319,6 +321,7 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                 lines.append(f"{n:>9} {d:>5} {'Flat':<22} {'-':>6} {'-':>4} {'-':<6} {flat_build:>8.2f} {flat_ms:>9.4f} "
                              f"{'1.0x':>8} {flat_bytes / 2**20:>8.1f} {1.0:>8.3f} {'-':>8} {100 * flat_r[1]:>6.1f} "
                              f"{100 * flat_r[K]:>6.1f} {100.0:>9.1f}%")
+                print(lines[-1], file=sys.stderr, flush=True)  # progress of long runs
                 stored = np.load(path, mmap_mode="r")
                 for name in configs:
                     spec = two_stage_specs(n, d, nlist)[name]
