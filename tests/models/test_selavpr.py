@@ -8,16 +8,20 @@ import functools
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from PIL import Image
 
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.errors import ConfigError
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks
 from aggzoo.evaluation.local_rerank import MutualNNRerank, evaluate_with_local_rerank, mutual_nn_counts
 from aggzoo.layers.pooling import gem
 from aggzoo.models.backbones.sela_adapter import SelaAdapterViT
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.features import Features
+from aggzoo.models.heads.gem import GeM
 from aggzoo.models.heads.selavpr import SelaVPR
 from aggzoo.models.vpr_model import VPRModel
 
@@ -104,4 +108,12 @@ def test_evaluate_with_local_rerank_on_image_files(tmp_path: Path) -> None:
     result = evaluate_with_local_rerank(model, retrieval_set, transform, rerank=MutualNNRerank(top_k), ks=(1, 2))
     assert result.recalls[1] == 1.0 and result.extras["rerank"]["top_k"] == top_k
     assert result.extras["rerank"]["local_features"] == [81, 8]  # 3 x 3 patches -> 9 x 9 locations
-    assert result.extras["first_stage_recalls"]["1"] == 1.0
+    assert result.extras["rerank"]["first_stage_recalls"]["1"] == 1.0
+    # eval.py's way: evaluation.rerank=mutual_nn evaluation.rerank_k=3 through evaluate_benchmarks
+    (by_config,) = evaluate_benchmarks(model, [retrieval_set], transform, rerank="mutual_nn", rerank_k=top_k, ks=(1, 2),
+                                       batch_size=16, pictures=False)
+    np.testing.assert_array_equal(by_config.predictions, result.predictions)
+    assert by_config.extras["rerank"]["top_k"] == top_k
+    gem_model = VPRModel(TimmBackbone("test_resnet", out_indices=(3,)), functools.partial(GeM))
+    with pytest.raises(ConfigError, match="head=selavpr"):
+        evaluate_benchmarks(gem_model, [retrieval_set], transform, rerank="mutual_nn", ks=(1,), pictures=False)

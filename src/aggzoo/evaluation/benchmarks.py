@@ -23,6 +23,7 @@ from aggzoo.data.layout import list_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.late_interaction import InstanceTokenRerank
+from aggzoo.evaluation.local_rerank import MutualNNRerank
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
 from aggzoo.evaluation.report import (
     plot_recall_curves,
@@ -114,17 +115,19 @@ def test_time_model(
 
 
 #: ``evaluation.rerank=<name>``: the re-rankers chosen by name (``true`` / a mapping is SuperGlobal)
-RERANKERS = ("superglobal", "instance_tokens")
+RERANKERS = ("superglobal", "instance_tokens", "mutual_nn")
 
 
 def _as_rerank(rerank: Any, rerank_k: int | None = None,
-               tokens: int = 16) -> SuperGlobalRerank | InstanceTokenRerank | None:
+               tokens: int = 16) -> SuperGlobalRerank | InstanceTokenRerank | MutualNNRerank | None:
     if rerank is None or rerank is False:
         return None
-    if isinstance(rerank, (SuperGlobalRerank, InstanceTokenRerank)):
+    if isinstance(rerank, (SuperGlobalRerank, InstanceTokenRerank, MutualNNRerank)):
         return rerank
     if rerank == "instance_tokens":
         return InstanceTokenRerank(top_m=100 if rerank_k is None else int(rerank_k), tokens=int(tokens))
+    if rerank == "mutual_nn":  # SelaVPR: its local features, top 100 by default
+        return MutualNNRerank(top_k=100 if rerank_k is None else int(rerank_k))
     if rerank is True or rerank == "superglobal":
         return SuperGlobalRerank() if rerank_k is None else SuperGlobalRerank(top_m=int(rerank_k))
     if isinstance(rerank, str):
@@ -238,7 +241,7 @@ def evaluate_benchmarks(
         retrieval_set = load_benchmark(node)
         log.info("%s: %d queries, %d database images", name, retrieval_set.num_queries, retrieval_set.num_database)
         set_rerank = reranker
-        if getattr(reranker, "needs_images", False):  # instance tokens: extracted from this set's images
+        if getattr(reranker, "needs_images", False):  # instance tokens / local features: from this set's images
             set_rerank = reranker.bind(eval_model, retrieval_set, transform, store_dir=store_dir, ks=ks,
                                        progress=progress, **extract)
         result = evaluate_retrieval(
@@ -250,7 +253,7 @@ def evaluate_benchmarks(
         )
         record_published(result, published_figures(published or {}, (name, result.name)))
         if set_rerank is not reranker:
-            result.extras["instance_tokens"] = set_rerank.stats
+            result.extras[reranker.stats_key] = set_rerank.stats
         results.append(result)
         log.info("%s: %s", name, ", ".join(f"R@{k} {100 * v:.2f}" for k, v in result.recalls.items()))
         if out_dir is not None:

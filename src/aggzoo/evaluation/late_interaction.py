@@ -210,6 +210,8 @@ class InstanceTokenRerank:
     query_chunk: int = 64
     #: the search must return the images too: tokens are extracted from them (see :meth:`bind`)
     needs_images = True
+    #: where evaluate_benchmarks records the bound re-ranker's figures in each result's extras
+    stats_key = "instance_tokens"
 
     def __post_init__(self) -> None:
         if self.top_m < 1:

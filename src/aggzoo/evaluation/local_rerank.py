@@ -31,7 +31,8 @@ from torch.utils.data import DataLoader
 
 from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
-from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, result_from_predictions
+from aggzoo.errors import ConfigError
+from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, recall_at_k
 from aggzoo.models.modes import evaluating
 
 __all__ = ["MutualNNRerank", "evaluate_with_local_rerank", "extract_local_features", "mutual_nn_counts"]
@@ -52,6 +53,32 @@ class MutualNNRerank:
     its README: 20 gives about the same recall at a fifth of the time)."""
 
     top_k: int = 100
+    #: the search must return the images too: local features are extracted from them (see :meth:`bind`)
+    needs_images = True
+    #: where evaluate_benchmarks records the bound re-ranker's figures in each result's extras
+    stats_key = "rerank"
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1:
+            raise ConfigError(f"evaluation.rerank_k={self.top_k}: the shortlist re-ranked by mutual nearest neighbours "
+                              "must hold at least 1 candidate (SelaVPR: 100)")
+
+    @property
+    def top_m(self) -> int:
+        """The shortlist the first stage must return (the name every re-ranker gives it)."""
+        return self.top_k
+
+    def bind(self, model: nn.Module, retrieval_set: RetrievalSet, transform: Callable[[np.ndarray], Tensor], *,
+             store_dir: str | Path | None = None, ks: Sequence[int] = (1,), **extract: Any) -> _BoundLocalRerank:
+        """The re-ranker of one benchmark, called as the search calls any re-ranker
+        (``(database, queries, predictions, device) -> predictions``): it extracts both splits' local
+        features (fp16, memory-mapped under ``store_dir`` when given), re-orders the shortlist and records
+        its settings, time and the first stage's recalls in ``stats``."""
+        if not callable(getattr(getattr(model, "head", None), "local_features", None)):
+            raise ConfigError(f"evaluation.rerank=mutual_nn re-ranks by local features, which "
+                              f"{type(getattr(model, 'head', model)).__name__} does not give (SelaVPR's head does: "
+                              "head=selavpr); use evaluation.rerank=instance_tokens or superglobal for this model")
+        return _BoundLocalRerank(self, model, retrieval_set, transform, store_dir, tuple(ks), extract)
 
     def __call__(self, query_local: np.ndarray, database_local: np.ndarray, predictions: np.ndarray, *,
                  device: torch.device | str = "cpu") -> np.ndarray:
@@ -66,6 +93,36 @@ class MutualNNRerank:
             counts = mutual_nn_counts(query, candidates).cpu().numpy()
             out[q, :k] = shortlist[np.argsort(-counts, kind="stable")]
         return out
+
+
+class _BoundLocalRerank:
+    def __init__(self, spec: MutualNNRerank, model: nn.Module, retrieval_set: RetrievalSet, transform: Any,
+                 store_dir: str | Path | None, ks: tuple[int, ...], extract: dict[str, Any]) -> None:
+        self.spec, self.model, self.set, self.transform = spec, model, retrieval_set, transform
+        self.store_dir, self.ks = store_dir, ks
+        # descriptor options of the search (dtype, autocast) are not local-feature options
+        self.extract = {k: v for k, v in extract.items() if k in ("batch_size", "num_workers", "device", "progress")}
+        self.top_m = spec.top_k
+        self.stats: dict[str, Any] = {}
+
+    def __call__(self, database: np.ndarray, queries: np.ndarray, predictions: np.ndarray,
+                 device: torch.device | str | None = None) -> np.ndarray:
+        start = time.perf_counter()
+        name, folder = self.set.name, Path(self.store_dir) if self.store_dir is not None else None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        local = {split: extract_local_features(self.model, paths, self.transform, desc=f"{name} {split} local",
+                                               out_path=folder / f"{name}_{split}_local.npy" if folder else None,
+                                               **self.extract)
+                 for split, paths in (("database", self.set.database_paths), ("queries", self.set.query_paths))}
+        reranked = self.spec(local["queries"], local["database"], predictions, device=device or "cpu")
+        ks = [k for k in self.ks if k <= predictions.shape[1]]
+        self.stats = {"method": "mutual_nn", "top_k": self.spec.top_k,
+                      "local_features": list(local["database"].shape[1:]),
+                      "seconds": round(time.perf_counter() - start, 3),
+                      "first_stage_recalls": {str(k): v for k, v in recall_at_k(
+                          predictions, self.set.positives, ks, num_database=self.set.num_database).items()}}
+        return reranked
 
 
 def extract_local_features(
@@ -103,27 +160,12 @@ def evaluate_with_local_rerank(
     num_workers: int = 0, device: torch.device | str | None = None, progress: bool | None = None,
     **search_kwargs: Any,
 ) -> RetrievalResult:
-    """Global search for a ``rerank.top_k`` shortlist (:func:`~aggzoo.evaluation.retrieval.evaluate_retrieval`),
-    then :class:`MutualNNRerank` of it; Recall@k of the re-ordered lists, with the first stage's recalls
-    and the re-ranking's settings and time in ``extras``."""
-    first = evaluate_retrieval(model, retrieval_set, transform, ks=tuple(sorted({*ks, rerank.top_k})),
-                               batch_size=batch_size, num_workers=num_workers, device=device, progress=progress,
-                               **search_kwargs)
-    start = time.perf_counter()
-    common = dict(batch_size=batch_size, num_workers=num_workers, device=device, progress=progress)
-    database_local = extract_local_features(model, retrieval_set.database_paths, transform,
-                                            desc=f"{retrieval_set.name} database local", **common)
-    query_local = extract_local_features(model, retrieval_set.query_paths, transform,
-                                         desc=f"{retrieval_set.name} queries local", **common)
-    params = next(model.parameters(), None)
-    where = device if device is not None else (params.device if params is not None else "cpu")
-    predictions = rerank(query_local, database_local, first.predictions, device=where)
-    seconds = time.perf_counter() - start
-    return result_from_predictions(
-        retrieval_set, predictions, ks, descriptor_dim=first.descriptor_dim,
-        extraction_seconds=first.extraction_seconds, search_seconds=first.search_seconds + seconds,
-        extras={**first.extras, "rerank": {"method": "mutual_nn", "top_k": rerank.top_k,
-                                           "local_features": list(database_local.shape[1:]),
-                                           "seconds": round(seconds, 3)},
-                "first_stage_recalls": {str(k): v for k, v in first.recalls.items() if k in ks}},
-    )
+    """Global search for a ``rerank.top_k`` shortlist, then :class:`MutualNNRerank` of it (the search's
+    re-ranking stage, as ``eval.py evaluation.rerank=mutual_nn`` runs it); Recall@k of the re-ordered
+    lists, with the re-ranking's settings, time and the first stage's recalls in ``extras["rerank"]``."""
+    bound = rerank.bind(model, retrieval_set, transform, ks=ks, batch_size=batch_size, num_workers=num_workers,
+                        device=device, progress=progress)
+    result = evaluate_retrieval(model, retrieval_set, transform, ks=ks, batch_size=batch_size, num_workers=num_workers,
+                                device=device, progress=progress, rerank=bound, **search_kwargs)
+    result.extras[rerank.stats_key] = bound.stats
+    return result
