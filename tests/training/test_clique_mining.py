@@ -92,3 +92,29 @@ def test_a_city_out_of_cliques_hands_over_to_a_city_new_to_the_batch() -> None:
         cities = miner.city_of_place[miner.place_of_image[batch[:, 0]]]  # [P]
         runs = [c for i, c in enumerate(cities) if i == 0 or c != cities[i - 1]]
         assert len(runs) == len(set(runs)) >= P // 2  # consecutive per city, never back to a used one
+
+
+def test_gsv_inputs_recover_the_synthetic_city_street_spacing(tiny_data) -> None:
+    from aggzoo.data.gsv_cities import GSVCitiesDataset
+    from aggzoo.data.synthetic import PLACE_SPACING_M, QUERY_JITTER_M
+    from aggzoo.training.clique_mining import gsv_clique_inputs
+
+    dataset = GSVCitiesDataset(tiny_data.gsv)
+    place_of_image, city_of_place, xy, paths = gsv_clique_inputs(dataset)
+    assert len(paths) == len(place_of_image) == dataset.num_images and len(city_of_place) == len(dataset)
+    # the generator jitters each image of a place by up to QUERY_JITTER_M per axis around it, and puts
+    # consecutive places of a street PLACE_SPACING_M apart (streets start 1 km apart)
+    spread = 2 * math.sqrt(2) * QUERY_JITTER_M
+    centres = np.stack([xy[place_of_image == p].mean(axis=0) for p in range(len(dataset))])
+    for p in range(len(dataset)):
+        own = xy[place_of_image == p]
+        assert np.linalg.norm(own[:, None] - own[None], axis=-1).max() <= spread + 0.1
+    same_city = city_of_place[:, None] == city_of_place[None]
+    gaps = np.linalg.norm(centres[:, None] - centres[None], axis=-1)[same_city & ~np.eye(len(dataset), dtype=bool)]
+    assert abs(gaps.min() - PLACE_SPACING_M) <= spread
+    # places are further apart than 25 m + their spread: every clique is the images of one place
+    descriptors = np.random.default_rng(0).normal(size=(len(dataset), 8))
+    miner = CliqueMiner(place_of_image, city_of_place, xy, descriptors, places_per_batch=4)
+    batch = miner.batch(np.random.default_rng(0))
+    assert batch.shape == (4, 4) and len({paths[i] for i in batch.ravel()}) == 16
+    assert all(len(set(place_of_image[slot])) == 1 for slot in batch)

@@ -29,13 +29,15 @@ of issue 13 item 5).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import networkx
 import numpy as np
 
-from aggzoo.errors import ConfigError
+from aggzoo.data.gsv_cities import PLACE_ID_STRIDE, GSVCitiesDataset
+from aggzoo.errors import ConfigError, DatasetFormatError
 
-__all__ = ["CliqueMiner", "local_metric_coordinates", "similar_place_probabilities"]
+__all__ = ["CliqueMiner", "gsv_clique_inputs", "local_metric_coordinates", "similar_place_probabilities"]
 
 EARTH_RADIUS_M = 6_371_008.8  # mean Earth radius (IUGG)
 
@@ -43,6 +45,8 @@ EARTH_RADIUS_M = 6_371_008.8  # mean Earth radius (IUGG)
 def similar_place_probabilities(descriptors: np.ndarray, anchor: int) -> np.ndarray:
     """``[N]`` probabilities of drawing each place as similar to ``anchor``: ``(max d - d_j) / sum``, with
     ``d`` the Euclidean descriptor distances ``[N]`` to the anchor; places at distance 0 (the anchor) get 0.
+    All zero when every other place is equally far (upstream divides by zero there); the miner then
+    draws no similar place and mines the anchor's images alone.
 
     descriptors: ``[N, D]``, one per place.
     """
@@ -59,6 +63,31 @@ def local_metric_coordinates(lat_lon: np.ndarray) -> np.ndarray:
     east = EARTH_RADIUS_M * (lon - lon.mean()) * np.cos(lat.mean())
     north = EARTH_RADIUS_M * (lat - lat.mean())
     return np.stack([east, north], axis=1)
+
+
+def gsv_clique_inputs(dataset: GSVCitiesDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Path]]:
+    """What :class:`CliqueMiner` needs from a GSV-Cities training set, over all images of its places.
+
+    Returns ``place_of_image [M]`` (the dataset's item index), ``city_of_place [N]``, ``image_xy [M, 2]``
+    metres (one local plane per city) and the ``M`` image paths.
+    """
+    place_of_image, paths, lat_lon = [], [], []
+    for index, place_id in enumerate(dataset.place_ids):
+        for image in dataset.places[int(place_id)]:
+            place_of_image.append(index)
+            paths.append(image.path)
+            lat_lon.append((image.lat, image.lon))
+    coords = np.array(lat_lon, dtype=np.float64)
+    if not np.isfinite(coords).all():
+        raise DatasetFormatError(f"clique mining needs lat/lon for every image of {dataset.root / 'Dataframes'}; "
+                                 "some rows have none")
+    city_of_place = dataset.place_ids // PLACE_ID_STRIDE
+    place_of_image = np.array(place_of_image)
+    image_xy = np.zeros_like(coords)
+    for city in np.unique(city_of_place):
+        rows = city_of_place[place_of_image] == city
+        image_xy[rows] = local_metric_coordinates(coords[rows])
+    return place_of_image, city_of_place, image_xy, paths
 
 
 class CliqueMiner:
