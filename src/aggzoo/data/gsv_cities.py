@@ -15,6 +15,7 @@ DataLoader with ``batch_size = P`` then yields ``[P, K, 3, H, W]``.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,8 @@ class GSVImage:
     year: int
     month: int
     path: Path
+    lat: float = math.nan  # degrees (the CSV's lat/lon; clique mining's geometry)
+    lon: float = math.nan
 
 
 def gsv_image_name(row: dict[str, str]) -> str:
@@ -71,7 +74,8 @@ def read_gsv_city(root: Path, city: str, city_index: int) -> list[GSVImage]:
             try:
                 place_id = int(row["place_id"]) + city_index * PLACE_ID_STRIDE
                 images.append(GSVImage(place_id, int(row["year"]), int(row["month"]),
-                                       root / "Images" / row["city_id"] / gsv_image_name(row)))
+                                       root / "Images" / row["city_id"] / gsv_image_name(row),
+                                       float(row["lat"]), float(row["lon"])))
             except (TypeError, ValueError) as err:
                 raise DatasetFormatError(f"{csv_path}, line {line}: malformed row {row} ({err})") from err
     return images

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import torch
@@ -62,8 +63,9 @@ class GeMPool(nn.Module):
         super().__init__()
         self.p = nn.Parameter(torch.full((1,), float(p)), requires_grad=learn_p)
         self.eps = eps
-        # the float32 value the parameter holds, so a model and its reloaded copy agree to the bit
-        self._fixed_p = None if learn_p else float(self.p.detach()[0])
+        # the float32 value the parameter holds (computed without reading it, which a meta-device build
+        # cannot), so a model and its reloaded copy agree to the bit
+        self._fixed_p = None if learn_p else struct.unpack("f", struct.pack("f", float(p)))[0]
 
     def forward(self, x: Tensor) -> Tensor:
         return gem(x, self.p if self._fixed_p is None else self._fixed_p, self.eps)

@@ -20,4 +20,4 @@ __all__ = ["maxpool_cls_dinov2_vitb14"]
 @register_model
 def maxpool_cls_dinov2_vitb14(**kwargs: Any) -> nn.Module:
     """MaxPool-CLS over the last 3 blocks of DINOv2 ViT-B/14 (final norm on each), one 12-head attention layer: 768-D."""
-    return vpr(dict(DINOV2_VITB14, out_indices=[-3, -2, -1]), head(MaxPoolCLS, num_layers=3), **kwargs)
+    return vpr(dict(DINOV2_VITB14, out_indices=[-3, -2, -1]), head(MaxPoolCLS), **kwargs)

@@ -59,6 +59,25 @@ pretrained_cfgs = {
         metrics={"msls_val/R@1": 92.2, "msls_challenge/R@1": 75.0, "nordland_1frame/R@1": 76.0, "sped/R@1": 92.1},
         notes="Evaluated at 322x322 (README eval.py --image_size 322 322).",
     ),
+    # SALAD-CM: the same architecture trained with clique mining (aggzoo.training.clique_mining)
+    "salad_dinov2_vitb14.cliquemining": PretrainedCfg(
+        download_page="https://drive.google.com/file/d/1B06ysb-Wjb4KDcNrl-7pyj1mJve1jqdk/view",
+        filename="cliquemining.ckpt",  # VPR-methods-evaluation's name for it (the Drive file's own: not found)
+        remap=convert_salad,
+        input_size=(3, DINOV2_EVAL_SIZE, DINOV2_EVAL_SIZE), interpolation="bicubic", out_dim=8448,
+        recipe="serizba/cliquemining main.py: each step a GSV-Cities batch (30 places x 4, 224) plus a clique batch "
+               "from MSLS train (30 x 4, cliques under 25 m), MS loss per half; AdamW 6e-5, 4 epochs, last 4 blocks",
+        license="GPL-3.0 (serizba/cliquemining)",
+        paper="Close, But Not There: Boosting Geographic Distance Sensitivity in Visual Place Recognition "
+              "(Izquierdo & Civera, ECCV 2024), arXiv:2407.02422",
+        code="https://github.com/serizba/cliquemining",
+        metrics={"pitts30k_test/R@1": 92.7, "msls_val/R@1": 94.2, "msls_challenge/R@1": 82.7, "tokyo247/R@1": 96.8,
+                 "nordland_10frames/R@1": 96.0},
+        notes="A Lightning checkpoint {'state_dict'} with serizba/salad's keys (backbone.model., aggregator.): the "
+              "SALAD converter reads it (VPR-methods-evaluation loads it strictly into the hub dinov2_salad). Figures: "
+              "ImAge's comparison table (Nordland: the +-10-frame protocol). Upstream's Sinkhorn helper is the "
+              "SuperGlue form with the same marginals and 3 iterations (inferred equivalent: not checked here).",
+    ),
 }
 
 
