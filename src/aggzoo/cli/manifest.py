@@ -1,4 +1,4 @@
-"""``python -m aggzoo.cli.manifest add | verify``: write and check the entries of ``weights/manifest.json``.
+"""``python -m aggzoo.cli.manifest add | verify | off-domain``: write and check the entries of ``weights/manifest.json``.
 
 Regenerating a file (after ``python train.py ...`` wrote a Lightning checkpoint)::
 
@@ -8,8 +8,15 @@ Regenerating a file (after ``python train.py ...`` wrote a Lightning checkpoint)
 ``add`` rebuilds the architecture, loads the checkpoint strictly, writes the safetensors file
 (only the tensors that differ from the pretrained backbone with ``--contents delta``), hashes it,
 evaluates nothing itself (the metrics come from the training run's results file) and updates the
-entry in place. ``verify`` re-hashes and strictly loads every entry. The format is
-:mod:`aggzoo.hub.manifest`.
+entry in place. ``verify`` re-hashes and strictly loads every entry. ``off-domain`` measures a
+shipped entry on a dataset it was not trained on, beside the ImageNet global-average-pooling
+baseline of its backbone (``avgpool_<backbone>``) at the same image size, and records both in the
+entry's ``off_domain`` list::
+
+    python -m aggzoo.cli.manifest off-domain netvlad_efficientnet_lite0.synthetic --dataset nordland_mini
+
+The image size (and synthetic config) default to the target dataset's own protocol: those of the
+manifest entry evaluated in-domain there. The format is :mod:`aggzoo.hub.manifest`.
 """
 
 from __future__ import annotations
@@ -26,13 +33,16 @@ import torch
 from safetensors.torch import save_file
 
 from aggzoo.cli.reporting import reported_user_errors
-from aggzoo.errors import ManifestError
+from aggzoo.errors import DatasetLayoutError, ManifestError
 from aggzoo.hub.cfg import split_name
 from aggzoo.hub.factory import create_model
 from aggzoo.hub.io import load_checkpoint, read_checkpoint, sha256_of, weights_dir
 from aggzoo.hub.manifest import DATASETS, MANIFEST_FILE, ManifestEntry, read_manifest, write_manifest
 
-__all__ = ["add_entry", "main", "verify"]
+__all__ = ["add_entry", "main", "measure_off_domain", "verify"]
+
+#: Recall cut-offs of an off-domain record.
+OFF_DOMAIN_KS = (1, 5, 10)
 
 
 def _delta(model: Any, reference: Any) -> dict[str, Any]:
@@ -127,6 +137,91 @@ def verify(path: str | os.PathLike | None = None) -> list[str]:
     return lines
 
 
+def _target_protocol(entries: Sequence[ManifestEntry], dataset: str) -> dict[str, Any]:
+    """The evaluation block of the entry measured in-domain on ``dataset`` (its own protocol), or {}."""
+    for entry in entries:
+        if entry.evaluation.get("dataset") == dataset:
+            return dict(entry.evaluation)
+    return {}
+
+
+def _retrieval_set(dataset: str, split: str, synthetic: Mapping[str, Any] | None, root: str | os.PathLike | None):
+    from aggzoo.data.vg import load_vg
+
+    if dataset == "nordland_mini":
+        shared = os.environ.get("AGGZOO_SHARED_DATA", "").strip() or os.path.join("..", "shared", "data")
+        folder = Path(root) if root is not None else Path(shared) / "nordland_mini" / "vg"
+        if not folder.is_dir():
+            raise DatasetLayoutError(f"nordland_mini not found at {folder}: pass --root <nordland_mini/vg> "
+                                     "or set AGGZOO_SHARED_DATA to the folder holding nordland_mini/")
+    else:
+        from aggzoo.data.synthetic import SyntheticCityConfig, ensure_synthetic_city
+
+        folder = ensure_synthetic_city(root, config=SyntheticCityConfig(**(synthetic or {}))) / "vg"
+    # 25 m: the positive radius of every VG-layout benchmark (and of the in-domain metric).
+    return load_vg(folder, split=split, positive_radius_m=25.0)
+
+
+def measure_off_domain(
+    name: str,
+    dataset: str,
+    *,
+    split: str = "test",
+    image_size: Sequence[int] | None = None,
+    synthetic: Mapping[str, Any] | None = None,
+    root: str | os.PathLike | None = None,
+    command: str | None = None,
+    path: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Measure shipped ``name`` and its backbone's GAP baseline on ``dataset`` and record the result.
+
+    Both models see the same retrieval set through the same eval transform (``image_size`` [H, W],
+    the entry's normalisation); the baseline is ``avgpool_<backbone>`` with its pretrained (ImageNet)
+    backbone and no training. Upserts the record (one per dataset and split) into the entry's
+    ``off_domain`` list and rewrites the manifest; returns the record.
+    """
+    from dataclasses import replace
+
+    from aggzoo.data.transforms import eval_transform
+    from aggzoo.evaluation.retrieval import evaluate_retrieval
+
+    manifest = Path(path) if path is not None else weights_dir() / MANIFEST_FILE
+    entries = read_manifest(manifest)
+    entry = next((e for e in entries if e.name == name), None)
+    if entry is None:
+        raise ManifestError(f"{manifest} has no entry {name!r}; known: {[e.name for e in entries]}")
+    if dataset == entry.evaluation.get("dataset"):
+        raise ManifestError(f"{name} was evaluated (and trained) on {dataset}; pick another --dataset from "
+                            f"{[d for d in DATASETS if d != dataset]}")
+    protocol = _target_protocol(entries, dataset)
+    size = list(image_size or protocol.get("image_size") or [])
+    if len(size) != 2:
+        raise ManifestError(f"no manifest entry gives {dataset}'s image size: pass --image-size H W")
+    if dataset == "synthetic" and synthetic is None:
+        synthetic = protocol.get("synthetic", {})
+    architecture, _ = split_name(name)
+    baseline_name = "avgpool_" + architecture.split("_", 1)[1]
+    model = create_model(name, pretrained=True)
+    baseline = create_model(baseline_name, pretrained_backbone=True)
+    retrieval_set = _retrieval_set(dataset, split, synthetic, root)
+    transform = eval_transform(size, mean=entry.mean, std=entry.std, interpolation=entry.interpolation)
+
+    def recalls(net: Any) -> dict[str, float]:
+        result = evaluate_retrieval(net, retrieval_set, transform, ks=OFF_DOMAIN_KS)
+        return {f"R@{k}": round(100.0 * result.recalls[k], 2) for k in OFF_DOMAIN_KS}
+
+    record: dict[str, Any] = {"dataset": dataset, "split": split, "image_size": size}
+    if dataset == "synthetic":
+        record["synthetic"] = {k: v for k, v in dict(synthetic or {}).items() if not k.startswith("_")}
+    record.update(recalls=recalls(model), baseline=baseline_name, baseline_recalls=recalls(baseline),
+                  command=command or f"python -m aggzoo.cli.manifest off-domain {name} --dataset {dataset}")
+    kept = [r for r in entry.off_domain if (r["dataset"], r["split"]) != (dataset, split)]
+    updated = replace(entry, off_domain=tuple(kept + [record]))
+    ManifestEntry.from_json(updated.to_json(), f"{name} (new off_domain record)")  # the format's checks
+    write_manifest([updated if e.name == name else e for e in entries], manifest)
+    return record
+
+
 def _metrics_arg(value: str) -> dict[str, float]:
     path = Path(value)
     data = json.loads(path.read_text()) if path.is_file() else json.loads(value)
@@ -153,6 +248,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.ma
     add.add_argument("--contents", choices=("delta", "full"), default="delta")
     add.add_argument("--notes")
     sub.add_parser("verify", help="re-hash and strictly load every manifest entry")
+    off = sub.add_parser("off-domain", help="measure a shipped entry and its GAP baseline on another dataset "
+                                            "and record both in its off_domain list")
+    off.add_argument("name", help="a manifest entry, e.g. netvlad_efficientnet_lite0.synthetic")
+    off.add_argument("--dataset", choices=DATASETS, required=True, help="a dataset the entry was not trained on")
+    off.add_argument("--split", default="test")
+    off.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"),
+                     help="default: the image size of the entry evaluated in-domain on --dataset")
+    off.add_argument("--synthetic-config", type=json.loads, default=None,
+                     help="for --dataset synthetic: SyntheticCityConfig fields as JSON (default: that entry's)")
+    off.add_argument("--root", help="the dataset folder (nordland_mini: its vg/ folder; default "
+                                    "$AGGZOO_SHARED_DATA/nordland_mini/vg, else ../shared/data/nordland_mini/vg)")
     args = parser.parse_args(argv)
     with reported_user_errors():
         return _run(args, argv)
@@ -162,6 +268,14 @@ def _run(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     if args.command == "verify":
         for line in verify():
             print(line)
+        return 0
+    if args.command == "off-domain":
+        record = measure_off_domain(
+            args.name, args.dataset, split=args.split, image_size=args.image_size,
+            synthetic=args.synthetic_config, root=args.root,
+            command="python -m aggzoo.cli.manifest " + " ".join(sys.argv[1:] if argv is None else argv),
+        )
+        print(json.dumps(record, indent=2))
         return 0
     evaluation = None
     if args.dataset is not None:

@@ -22,8 +22,20 @@ Format (``"format": "aggzoo.weights-manifest/1"``), one object per shipped file 
         "synthetic": {...},                # SyntheticCityConfig fields, for "synthetic" only
         "tolerance": 0.5                   # |re-measured - recorded| allowed, in points
       },
+      "off_domain": [                                            # optional: data it was never trained on
+        {"dataset": "synthetic", "split": "test", "image_size": [120, 160],
+         "synthetic": {...},               # for "synthetic" only
+         "recalls": {"R@1": 40.0, "R@5": ..., "R@10": ...},        # this head, in percent
+         "baseline": "avgpool_efficientnet_lite0",                 # its backbone's ImageNet GAP baseline
+         "baseline_recalls": {"R@1": 30.0, ...},                   # same set, size and cut-offs
+         "command": "python -m aggzoo.cli.manifest off-domain ..."}
+      ],
       "notes": "..."
     }
+
+``off_domain`` (absent in older manifests, which stay readable) is what shows that shipped weights
+generalise: each record is measured on a dataset other than the one of ``evaluation`` by
+``python -m aggzoo.cli.manifest off-domain``, with the baseline at the same image size.
 
 Each entry becomes a registered tag (a :class:`~aggzoo.hub.cfg.PretrainedCfg` with
 ``file=...``), so ``aggzoo.create_model("<name>", pretrained=True)`` loads it offline.
@@ -53,6 +65,7 @@ __all__ = [
     "DATASETS",
     "MANIFEST_FILE",
     "MANIFEST_FORMAT",
+    "OFF_DOMAIN_FIELDS",
     "ManifestEntry",
     "manifest_path",
     "read_manifest",
@@ -63,6 +76,8 @@ __all__ = [
 MANIFEST_FORMAT = "aggzoo.weights-manifest/1"
 MANIFEST_FILE = "manifest.json"
 DATASETS = ("nordland_mini", "synthetic")
+OFF_DOMAIN_FIELDS = ("dataset", "split", "image_size", "synthetic", "recalls", "baseline", "baseline_recalls",
+                     "command")
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,7 @@ class ManifestEntry:
     license: str | None = "Apache-2.0"
     metrics: Mapping[str, float] = field(default_factory=dict)
     evaluation: Mapping[str, Any] = field(default_factory=dict)
+    off_domain: tuple[Mapping[str, Any], ...] = ()
     notes: str | None = None
 
     @classmethod
@@ -106,6 +122,8 @@ class ManifestEntry:
         if evaluation and evaluation.get("dataset") not in DATASETS:
             raise ManifestError(f"{where}: evaluation.dataset must be one of {list(DATASETS)}")
         values = dict(data)
+        if "off_domain" in values:
+            values["off_domain"] = _off_domain_records(values["off_domain"], evaluation, where)
         for key in ("input_size", "mean", "std"):
             if key in values:
                 values[key] = tuple(values[key])
@@ -131,6 +149,46 @@ class ManifestEntry:
             # the metrics were measured by the train job's test step, with the pipeline's resize
             eval_resize="pipeline",
         )
+
+
+def _off_domain_records(records: Any, evaluation: Mapping[str, Any], where: str) -> tuple[dict[str, Any], ...]:
+    """Check the ``off_domain`` list (see the module docstring); returns it as a tuple of dicts."""
+    if not isinstance(records, list):
+        raise ManifestError(f"{where}: off_domain must be a list of records, got {type(records).__name__}")
+    out = []
+    for i, record in enumerate(records):
+        at = f"{where} off_domain[{i}]"
+        if not isinstance(record, dict):
+            raise ManifestError(f"{at}: must be an object with the fields {list(OFF_DOMAIN_FIELDS)}")
+        unknown = sorted(set(record) - set(OFF_DOMAIN_FIELDS))
+        missing = sorted(set(OFF_DOMAIN_FIELDS) - {"synthetic"} - set(record))
+        if unknown or missing:
+            raise ManifestError(f"{at}: unknown fields {unknown}, missing fields {missing}; rewrite it with "
+                                "python -m aggzoo.cli.manifest off-domain")
+        if record["dataset"] not in DATASETS:
+            raise ManifestError(f"{at}: dataset must be one of {list(DATASETS)}, got {record['dataset']!r}")
+        if record["dataset"] == evaluation.get("dataset"):
+            # The point of the record is data the head never saw: its own dataset is the in-domain metric.
+            raise ManifestError(f"{at}: dataset {record['dataset']!r} is the entry's own evaluation dataset; "
+                                "off_domain records another one")
+        size = record["image_size"]
+        if not (isinstance(size, list) and len(size) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)):
+            raise ManifestError(f"{at}: image_size must be [H, W] (two positive integers), got {size!r}")
+        for key in ("split", "baseline", "command"):
+            if not isinstance(record[key], str) or not record[key]:
+                raise ManifestError(f"{at}: {key} must be a non-empty string")
+        recalls, baseline = record["recalls"], record["baseline_recalls"]
+        for key, values in (("recalls", recalls), ("baseline_recalls", baseline)):
+            if not (isinstance(values, dict) and values and all(
+                    re.fullmatch(r"R@[1-9][0-9]*", k) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and 0.0 <= v <= 100.0 for k, v in values.items())):
+                raise ManifestError(f"{at}: {key} must map 'R@<k>' to a percentage in [0, 100], got {values!r}")
+        if set(recalls) != set(baseline):
+            raise ManifestError(f"{at}: recalls {sorted(recalls)} and baseline_recalls {sorted(baseline)} must "
+                                "have the same cut-offs (measured together)")
+        out.append(dict(record))
+    return tuple(out)
 
 
 def manifest_path() -> Path:
