@@ -19,8 +19,9 @@ from aggzoo.hub.builder import build_model
 from aggzoo.run.pipeline import evaluate, model_spec
 from aggzoo.training.sharded_extraction import _shard_paths, merge_shards
 
-RUN = ["synthetic=tiny", "backbone=test_vit", "head=gem", "image_size=[48,64]", "eval_batch_size=5",
-       "evaluation.pictures=false", "evaluation.save_predictions=true"]
+ARCHITECTURE = ["backbone=test_vit", "head=gem"]
+RUN = ["synthetic=tiny", "image_size=[48,64]", "eval_batch_size=5", "evaluation.pictures=false",
+       "evaluation.save_predictions=true"]
 
 
 def test_two_gloo_processes_evaluate_as_one(tiny_data, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -28,9 +29,9 @@ def test_two_gloo_processes_evaluate_as_one(tiny_data, tmp_path: Path, monkeypat
     # random head would differ between the ranks and the comparison would test nothing.
     monkeypatch.setenv("AGGZOO_DATA", str(tiny_data.root))
     torch.manual_seed(0)
-    spec = model_spec(compose_train(RUN, tmp_path / "spec", name="eval"))
+    spec = model_spec(compose_train([*RUN, *ARCHITECTURE], tmp_path / "spec", name="eval"))
     weights = aggzoo.save_pretrained(build_model(spec), tmp_path / "weights", spec=spec)
-    run_args = [*RUN, f"ckpt_path={weights}"]
+    run_args = [*RUN, f"ckpt_path={weights}"]  # the folder brings its architecture: no head=/backbone= beside it
     ddp = train_py([*run_args, "trainer=ddp_cpu", f"paths.log_dir={tmp_path / 'ddp'}"], tiny_data.root,
                    timeout=300, script="eval.py")
     assert ddp.returncode == 0, ddp.stdout[-3000:] + ddp.stderr[-3000:]

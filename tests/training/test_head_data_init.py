@@ -65,7 +65,8 @@ def test_the_data_init_samples_show_a_bar_only_when_asked_or_on_a_terminal(capsy
     sample = functools.partial(sample_local_descriptors, model, loader, per_image=5, seed=0, device=torch.device("cpu"))
     shown = sample(progress=True)
     err = capsys.readouterr().err
-    assert "k-means init sample" in err and "3/3" in err
+    # the bar with its total (how far it is drawn depends on tqdm's refresh interval, not on the code)
+    assert "k-means init sample" in err and "/3 " in err
     torch.testing.assert_close(sample(), shown)  # the bar changes nothing
     assert capsys.readouterr().err == ""  # stderr is not a terminal under pytest
     sample_pooled_embeddings(model, loader, pooled_init_targets(model), device=torch.device("cpu"), progress=True)

@@ -87,6 +87,15 @@ class WritableRunFolder(Callback):
             raise SystemExit(_USER_ERROR_STATUS)
 
 
+#: set by Lightning's process launcher, torchrun and SLURM for every process of a distributed run
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID")
+
+
+def _secondary_rank() -> bool:
+    """Whether this process is one of a distributed run's processes other than its first."""
+    return any(os.environ.get(name, "0") not in ("", "0") for name in _RANK_VARIABLES)
+
+
 def hold_run_folder(folder: str | os.PathLike) -> Path:
     """Take ``<folder>/.run.lock`` for this process (made if missing; taken again by the same process
     is fine). Returns the resolved folder.
@@ -99,6 +108,10 @@ def hold_run_folder(folder: str | os.PathLike) -> Path:
         _HELD[folder][1] += 1
         return folder
     folder.mkdir(parents=True, exist_ok=True)
+    if _secondary_rank():
+        # A DDP process launched for the run (Lightning re-runs the script per rank, with the same
+        # hydra.run.dir): the run's first process holds the folder for all of them.
+        return folder
     lock = FileLock(str(folder / LOCK_NAME))
     try:
         lock.acquire(timeout=0)
