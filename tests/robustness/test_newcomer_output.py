@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,13 @@ def test_quieting_is_narrow(caplog: pytest.LogCaptureFixture) -> None:
         rank_zero.info("💡 Tip: For seamless cloud logging ...")
         rank_zero.info("GPU available: False, used: False")
     assert [r.getMessage() for r in caplog.records] == ["a real faiss problem", "GPU available: False, used: False"]
+
+
+def test_the_next_command_names_the_installed_eval_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An installed wheel has no eval.py: started as the aggzoo-train console script, the job names aggzoo-eval.
+    from aggzoo.run.train_report import eval_command
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/aggzoo-train"])
+    assert eval_command(Path("run/last.ckpt"), ["synthetic_test"], [120, 160]).startswith("aggzoo-eval ckpt_path=")
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    assert eval_command(Path("run/last.ckpt"), ["synthetic_test"], [120, 160]).startswith("python eval.py ckpt_path=")

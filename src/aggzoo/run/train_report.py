@@ -8,6 +8,7 @@ without training.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -36,13 +37,19 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _eval_program() -> str:
+    """How this installation runs the evaluation job: ``aggzoo-eval`` when training was started as the
+    ``aggzoo-train`` console script (an installed wheel has no eval.py), else ``python eval.py``."""
+    return "aggzoo-eval" if Path(sys.argv[0]).name.startswith("aggzoo-train") else "python eval.py"
+
+
 def eval_command(checkpoint: Path, benchmarks: Sequence[str], image_size: Sequence[int],
                  extra: Sequence[str] = ()) -> str:
     """``python eval.py ckpt_path=... benchmark=...`` that evaluates ``checkpoint`` as the train job did
     (the same benchmarks and evaluation size; ``extra`` overrides such as ``synthetic=tiny``)."""
     names = list(benchmarks)
     selected = names[0] if len(names) == 1 else "[" + ",".join(names) + "]"
-    parts = ["python eval.py", f"ckpt_path={_shown(checkpoint)}"]
+    parts = [_eval_program(), f"ckpt_path={_shown(checkpoint)}"]
     if names:
         parts.append(f"benchmark={selected}" if len(names) == 1 else f'"benchmark={selected}"')
     parts.append(f"image_size=[{','.join(str(int(s)) for s in image_size)}]")
