@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, *, warmup: bool = True) -> float:
@@ -18,3 +19,18 @@ def median_seconds(fn: Callable[[], object], repeats: int, *, warmup: bool = Tru
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def write_random_jpegs(folder: str | Path, count: int, *, seed: int = 0, size: tuple[int, int] = (480, 640)) -> list[Path]:
+    """``count`` random-noise JPEGs ``folder/00000.jpg, ...`` of ``size`` (H, W): a decode-and-resize
+    workload for extraction benchmarks that downloads nothing."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(count):
+        path = Path(folder) / f"{i:05d}.jpg"
+        Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(path)
+        paths.append(path)
+    return paths

@@ -65,7 +65,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from _timing import median_seconds
+from _timing import median_seconds, write_random_jpegs
 
 from aggzoo.evaluation.retrieval import build_index, recall_at_k, search
 
@@ -83,7 +83,6 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
     ``channels_last``, ``bf16``, ``fp16``: autocast dtype / memory format), each pipeline row against the
     forward of its own variant measured in the same run."""
     import torch
-    from PIL import Image
     from torch.utils.data import DataLoader
 
     from aggzoo.data.retrieval_set import ImageListDataset
@@ -96,14 +95,9 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
 
     model = VPRModel(TimmBackbone(backbone, pretrained=backbone == "tf_efficientnet_lite0"), GeM).eval()
     transform = eval_transform((image_size, image_size))
-    rng = np.random.default_rng(0)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        paths = []
-        for i in range(num_images):
-            path = Path(tmp) / f"{i:05d}.jpg"
-            Image.fromarray(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(path)
-            paths.append(path)
+        paths = write_random_jpegs(tmp, num_images)
         decoded = [images for images, _ in DataLoader(ImageListDataset(paths, transform), batch_size=batch_size)]
         for variant in variants:
             channels_last = variant == "channels_last"

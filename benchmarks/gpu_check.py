@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import median_seconds
+from _timing import median_seconds, write_random_jpegs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,6 @@ def check_extraction(backbone: str, image_size: int, num_images: int, batch_size
     if reason := _gpu_reason():
         return None, f"skipped: {reason}"
     import torch
-    from PIL import Image
     from torch.utils.data import DataLoader
 
     from aggzoo.data.retrieval_set import ImageListDataset
@@ -118,15 +117,10 @@ def check_extraction(backbone: str, image_size: int, num_images: int, batch_size
     # Random weights: throughput does not depend on them, and nothing is downloaded.
     model = VPRModel(TimmBackbone(backbone, pretrained=False), GeM).eval().to(device)
     transform = eval_transform((image_size, image_size))
-    rng = np.random.default_rng(0)
     lines = [f"  {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs 480x640, "
              f"{workers} workers, {torch.cuda.get_device_name(0)}; medians of {repeats}"]
     with tempfile.TemporaryDirectory() as tmp:
-        paths = []
-        for i in range(num_images):
-            path = Path(tmp) / f"{i:05d}.jpg"
-            Image.fromarray(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)).save(path)
-            paths.append(path)
+        paths = write_random_jpegs(tmp, num_images)
         batches = [images.to(device) for images, _ in DataLoader(ImageListDataset(paths, transform),
                                                                   batch_size=batch_size)]
         descriptors = {}
