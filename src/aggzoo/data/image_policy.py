@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset
 from aggzoo.data.images import ImageReadError, read_rgb
 from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.data.workers import loader_workers
 
 __all__ = ["BAD_IMAGE_CHOICES", "ImagePolicy", "scan_images", "drop_unreadable", "check_readable"]
 
@@ -163,7 +164,7 @@ class _ScanDataset(Dataset):
         return index, problem or ""
 
 
-def scan_images(paths: Sequence[str | Path], *, full: bool = True, num_workers: int = 0,
+def scan_images(paths: Sequence[str | Path], *, full: bool = True, num_workers: int | None = None,
                 batch_size: int = 64, progress: bool | None = None) -> dict[int, str]:
     """``{index: reason}`` of the unreadable files among ``paths``.
 
@@ -172,7 +173,7 @@ def scan_images(paths: Sequence[str | Path], *, full: bool = True, num_workers: 
     the files (``None``: only when stderr is a terminal).
     """
     loader = DataLoader(_ScanDataset([Path(p) for p in paths], full), batch_size=batch_size,
-                        num_workers=num_workers, collate_fn=list)
+                        num_workers=loader_workers(num_workers, len(paths)), collate_fn=list)
     problems: dict[int, str] = {}
     label = "decoding images" if full else "reading image headers"
     with progress_bar(None, progress, label, total=len(paths), unit="img") as bar:
@@ -182,7 +183,7 @@ def scan_images(paths: Sequence[str | Path], *, full: bool = True, num_workers: 
     return problems
 
 
-def check_readable(retrieval_set: RetrievalSet, *, full: bool = False, num_workers: int = 0) -> None:
+def check_readable(retrieval_set: RetrievalSet, *, full: bool = False, num_workers: int | None = None) -> None:
     """Raise one :class:`ImageReadError` listing every unreadable image of ``retrieval_set``.
 
     Run before a long extraction so a bad file stops the job in seconds, not after an hour.
@@ -202,7 +203,7 @@ def check_readable(retrieval_set: RetrievalSet, *, full: bool = False, num_worke
 
 
 def drop_unreadable(retrieval_set: RetrievalSet, policy: ImagePolicy, *,
-                    num_workers: int = 0) -> tuple[RetrievalSet, dict[str, int]]:
+                    num_workers: int | None = None) -> tuple[RetrievalSet, dict[str, int]]:
     """``retrieval_set`` without its unreadable images (every image decoded once to find them).
 
     Unreadable database images leave the database (positives are re-indexed); unreadable queries

@@ -144,7 +144,7 @@ def evaluate_benchmarks(
     output_dir: str | Path | None = None,
     ks: Sequence[int] = DEFAULT_KS,
     batch_size: int = 32,
-    num_workers: int = 0,
+    num_workers: int | None = None,
     device: torch.device | str | None = None,
     descriptor_dtype: str = "float32",
     autocast_dtype: torch.dtype | None = None,

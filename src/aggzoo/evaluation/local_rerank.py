@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
+from aggzoo.data.workers import loader_workers
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, recall_at_k
 from aggzoo.models.modes import evaluating
@@ -127,7 +128,7 @@ class _BoundLocalRerank:
 
 def extract_local_features(
     model: nn.Module, paths: Sequence[str | Any], transform: Callable[[np.ndarray], Tensor], *,
-    batch_size: int = 16, num_workers: int = 0, device: torch.device | str | None = None,
+    batch_size: int = 16, num_workers: int | None = None, device: torch.device | str | None = None,
     dtype: np.dtype | type = np.float16, out_path: str | Path | None = None, progress: bool | None = None,
     desc: str = "local features",
 ) -> np.ndarray:
@@ -139,7 +140,8 @@ def extract_local_features(
         raise ValueError(f"local re-ranking needs a head with local_features() (SelaVPR), got {type(head).__name__}")
     params = next(model.parameters(), None)
     device = torch.device(device) if device is not None else (params.device if params is not None else torch.device("cpu"))
-    loader = DataLoader(ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    loader = DataLoader(ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False,
+                        num_workers=loader_workers(num_workers, len(paths)))
     out: np.ndarray | None = None
     with evaluating(model), torch.inference_mode(), progress_bar(loader, progress, desc, unit="batch") as batches:
         for images, indices in batches:
@@ -157,7 +159,7 @@ def extract_local_features(
 def evaluate_with_local_rerank(
     model: nn.Module, retrieval_set: RetrievalSet, transform: Callable[[np.ndarray], Tensor], *,
     rerank: MutualNNRerank = MutualNNRerank(), ks: Sequence[int] = DEFAULT_KS, batch_size: int = 16,
-    num_workers: int = 0, device: torch.device | str | None = None, progress: bool | None = None,
+    num_workers: int | None = None, device: torch.device | str | None = None, progress: bool | None = None,
     **search_kwargs: Any,
 ) -> RetrievalResult:
     """Global search for a ``rerank.top_k`` shortlist, then :class:`MutualNNRerank` of it (the search's

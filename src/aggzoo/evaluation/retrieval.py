@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
+from aggzoo.data.workers import loader_workers
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.batch_dependence import batch_dependence_record
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
@@ -96,7 +97,7 @@ def extract_descriptors(
     transform: Callable[[np.ndarray], torch.Tensor],
     *,
     batch_size: int = 32,
-    num_workers: int = 0,
+    num_workers: int | None = None,
     device: torch.device | str | None = None,
     dtype: np.dtype | type = np.float32,
     autocast_dtype: torch.dtype | None = None,
@@ -115,6 +116,8 @@ def extract_descriptors(
         model: ``images [B, 3, H, W] -> [B, D]``. Run in eval mode under ``torch.inference_mode``;
             its training mode is restored afterwards.
         paths: ``N`` image files.
+        num_workers: DataLoader worker processes that read and resize the images while the model runs;
+            ``None``: every core but one for ``N >= 256`` (:func:`aggzoo.data.workers.loader_workers`).
         transform: ``rgb uint8 [H, W, 3] -> float [3, H', W']`` (e.g. :func:`aggzoo.data.transforms.eval_transform`).
         device: where to run; default the device the model's parameters are on (the model is moved
             there if needed and moved back afterwards).
@@ -136,8 +139,8 @@ def extract_descriptors(
     # File order, never shuffled: batch-dependent heads (cross-image encoders) give other descriptors
     # for other batch compositions (aggzoo.evaluation.batch_dependence).
     loader = DataLoader(
-        ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False, num_workers=num_workers,
-        pin_memory=device.type == "cuda", persistent_workers=False,
+        ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False,
+        num_workers=loader_workers(num_workers, len(paths)), pin_memory=device.type == "cuda", persistent_workers=False,
     )
     out: np.ndarray | None = None
     memory_format = torch.channels_last if channels_last else torch.preserve_format
@@ -594,7 +597,7 @@ def evaluate_retrieval(
     *,
     ks: Sequence[int] = DEFAULT_KS,
     batch_size: int = 32,
-    num_workers: int = 0,
+    num_workers: int | None = None,
     device: torch.device | str | None = None,
     dtype: np.dtype | type = np.float32,
     autocast_dtype: torch.dtype | None = None,

@@ -98,7 +98,7 @@ class EvalSchema:
     image_size: list[int] = field(default_factory=lambda: [320, 320])
     recall_ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     eval_batch_size: int = 64
-    num_workers: int = 0
+    num_workers: int | None = None
     bad_images: BadImages = BadImages.fail
     check_images: CheckImages = CheckImages.header
 

@@ -226,7 +226,7 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, me
     predictions = predict(model.to(device), database, queries, protocol.transform(), k=int(cfg.top_k),
                           refine_store=options.get("refine_store") or "ram",
                           batch_size=int(cfg.eval_batch_size) if protocol.fixed_size else 1,
-                          num_workers=int(cfg.num_workers), device=device, progress=options.get("progress"), **search)
+                          num_workers=cfg.num_workers, device=device, progress=options.get("progress"), **search)
     files = write_predictions(predictions, cfg.paths.output_dir,
                               meta={**meta, "database": str(cfg.database), "queries": str(cfg.queries)},
                               picture=bool(options.get("pictures", True)),

@@ -282,7 +282,7 @@ _TRAIN_IMAGE_FIX = ("Fix or remove them, or leave the benchmark out of val_bench
                     "bad_images applies to the training images only; eval.py bad_images=skip evaluates without them)")
 
 
-def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int, fix: str = _EVAL_IMAGE_FIX) -> list[str]:
+def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int | None, fix: str = _EVAL_IMAGE_FIX) -> list[str]:
     if mode not in CHECK_IMAGES_CHOICES:
         return [f"check_images must be one of {CHECK_IMAGES_CHOICES}, got {mode!r}"]
     if mode == "none":
@@ -388,7 +388,7 @@ def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) 
 
 
 def check_evaluation(model: nn.Module, *, image_size: Sequence[int], sets: Mapping[str, RetrievalSet],
-                     check_images: str = "header", num_workers: int = 0,
+                     check_images: str = "header", num_workers: int | None = None,
                      evaluation: Mapping[str, Any] | None = None) -> Preflight:
     """Everything :func:`aggzoo.run.pipeline.evaluate` needs, checked before extraction starts
     (``evaluation``: the ``evaluation.*`` options of ``eval.yaml``)."""
@@ -504,7 +504,7 @@ class EvaluationGuard:
                 image_size: Sequence[int] | None = None) -> dict[str, RetrievalSet]:
         """Check everything (the model at ``image_size``, default the config's), then (under ``skip``)
         drop the unreadable images of each set."""
-        num_workers = int(self.cfg.get("num_workers", 0))
+        num_workers = self.cfg.get("num_workers")  # None: aggzoo.data.workers.loader_workers decides
         # Under skip every image is decoded below anyway; the header scan would only repeat it.
         scan = "none" if self.policy.skips else _choice(self.cfg.get("check_images", "header"))
         options = self.cfg.get("evaluation")

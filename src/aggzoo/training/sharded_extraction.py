@@ -28,6 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from aggzoo.data.retrieval_set import ImageListDataset
+from aggzoo.data.workers import loader_workers
 
 __all__ = ["ShardedExtractor", "ShardWriter", "merge_shards"]
 
@@ -164,7 +165,7 @@ class ShardedExtractor:
         return bool(self.trainer.is_global_zero)
 
     def __call__(self, model: nn.Module, paths: Sequence[Any], transform: Callable[[np.ndarray], torch.Tensor], *,
-                 batch_size: int = 32, num_workers: int = 0, dtype: np.dtype | type = np.float32,
+                 batch_size: int = 32, num_workers: int | None = None, dtype: np.dtype | type = np.float32,
                  out_path: str | Path | None = None, desc: str = "descriptors", **ignored: Any) -> np.ndarray:
         """``[N, D]`` descriptors of ``paths``, as :func:`extract_descriptors` returns them. ``device``,
         ``autocast_dtype`` and ``progress`` are the trainer's (``accelerator``, ``precision``, its bar)."""
@@ -172,7 +173,8 @@ class ShardedExtractor:
         self.folder.mkdir(parents=True, exist_ok=True)
         stem = self.folder / f"extract{self._calls:03d}"
         loader = DataLoader(ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False,
-                            num_workers=num_workers, persistent_workers=False)
+                            num_workers=loader_workers(num_workers, len(paths), processes=self.trainer.num_devices),
+                            persistent_workers=False)
         self.writer.start(stem, np.dtype(dtype))
         self.trainer.predict(_Predict(model), dataloaders=loader, return_predictions=False)
         self.writer.finish(self.trainer.global_rank)
