@@ -4,13 +4,14 @@
     python benchmarks/eval_scale.py --sizes 1000,10000,100000,1000000 --dims 512,2048,4096 --max-cells 5000000000
     python benchmarks/eval_scale.py --skip-extraction --indexes Flat,HNSW32,IVFPQfs --hnsw-ef 512 --nprobe 64
     python benchmarks/eval_scale.py --skip-extraction --skip-search --two-stage-sizes 1000000 --stores disk \
-        --two-stage-indexes ITQ,PQfs16,PQfs,ITQ512 --refine 100,200,400  # the 1M x 1024 two-stage rows (~8 GB RAM)
-    python benchmarks/eval_scale.py --skip-search --skip-two-stage --images 64 --repeats 5 \
+        --two-stage-indexes PQfs32,PQfs16 --refine 32,64,100  # the 1M x 1024 two-stage rows (~9 GB RAM, ~8 min)
+    python benchmarks/eval_scale.py --skip-search --skip-two-stage --repeats 5 --workers auto,0 \
         --extraction-variants fp32,channels_last,bf16 --precision-model netvlad_efficientnet_lite0.synthetic
 
 Extraction: a real model (``--backbone``, default the ImageNet EfficientNet-Lite0 at 224x224) on
 ``--images`` synthetic JPEGs (480x640, written to a temporary folder), through
-:func:`aggzoo.evaluation.retrieval.extract_descriptors` (read -> resize -> normalise -> forward), images/s,
+:func:`aggzoo.evaluation.retrieval.extract_descriptors` (read -> resize -> normalise -> forward; ``--workers``
+counts its DataLoader workers, ``auto`` its default, :func:`aggzoo.data.workers.loader_workers`), images/s,
 median of ``--repeats`` runs after a warm-up; the baseline, measured in the same run, is a true lower
 bound: the forward pass alone on the very batches the pipeline builds (same images, dtype, memory format
 and batch sizes), decoded beforehand, under the same eval and inference modes, descriptors copied to
@@ -39,7 +40,8 @@ the fraction of queries whose top-1 equals exact search's. The process's peak RS
 
 Two-stage search (``--two-stage-*``, issue 12): :func:`search` with ``refine=M``: a first stage
 (``IVFPQ``: D/8-byte codes; ``IVFPQfs``: 4-bit fast scan, D/16 bytes; ~sqrt(N) lists, trained on 64 rows
-per list by default; exhaustive, no lists: ``PQfs`` / ``PQfs16`` 4-bit fast-scan PQ of D/8 / D/16 bytes,
+per list by default; exhaustive, no lists: ``PQfs`` / ``PQfs16`` / ``PQfs32`` / ``PQfs64`` 4-bit fast-scan PQ
+of D/8, D/16, D/32 or D/64 bytes,
 ``ITQ`` / ``ITQ512`` 256- / 512-bit binary codes searched by Hamming distance) returns M candidates,
 re-scored exactly against the full-precision database, memory-mapped from a ``--store-dtype`` ``.npy``
 file (``disk``: RAM holds only the codes) or inside FAISS's IndexRefineFlat (``ram``: a float32 copy).
@@ -78,7 +80,7 @@ TRAIN_ROWS = 10_000
 
 
 def extraction_table(backbone: str, image_size: int, num_images: int, batch_size: int, repeats: int,
-                     workers: Sequence[int] = (0, 2), variants: Sequence[str] = ("fp32",)) -> str:
+                     workers: Sequence[int | None] = (0, None), variants: Sequence[str] = ("fp32",)) -> str:
     """Images/s of :func:`extract_descriptors` against the bare forward, per variant (``fp32``,
     ``channels_last``, ``bf16``, ``fp16``: autocast dtype / memory format), each pipeline row against the
     forward of its own variant measured in the same run."""
@@ -87,6 +89,7 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
 
     from aggzoo.data.retrieval_set import ImageListDataset
     from aggzoo.data.transforms import eval_transform
+    from aggzoo.data.workers import loader_workers
     from aggzoo.evaluation.retrieval import PRECISIONS, extract_descriptors
     from aggzoo.models.backbones.timm_backbone import TimmBackbone
     from aggzoo.models.heads.gem import GeM
@@ -126,7 +129,9 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
                     extract_descriptors, model, paths, transform, batch_size=batch_size, num_workers=n_workers,
                     autocast_dtype=autocast, channels_last=channels_last, progress=False), repeats)
                 rate = num_images / seconds
-                rows.append((f"{variant}: extract_descriptors, {n_workers} workers", rate, rate / forward_rate))
+                label = f"{n_workers} workers" if n_workers is not None else \
+                    f"default workers ({loader_workers(None, num_images)})"
+                rows.append((f"{variant}: extract_descriptors, {label}", rate, rate / forward_rate))
                 print(f"{rows[-1][0]:<50} {rate:>9.1f} {rate / forward_rate:>10.2f}x", file=sys.stderr, flush=True)
     out = [f"Extraction: {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs "
            f"480x640, torch threads {torch.get_num_threads()}; medians of {repeats} after a warm-up; each "
@@ -270,6 +275,10 @@ def two_stage_specs(n: int, d: int, nlist: int | None = None) -> dict[str, str]:
         # 4-bit fast-scan PQ of D/4 sub-vectors (D/8 bytes) or D/8 sub-vectors (D/16 bytes):
         "PQfs": f"PQ{_divisor_at_most(d, d // 4)}x4fs",
         "PQfs16": f"PQ{_divisor_at_most(d, d // 8)}x4fs",
+        # coarser still, D/32 or D/64 bytes: enough to find a query's look-alike neighbourhood, which the
+        # exact second stage then ranks
+        "PQfs32": f"PQ{_divisor_at_most(d, d // 16)}x4fs",
+        "PQfs64": f"PQ{_divisor_at_most(d, d // 32)}x4fs",
         # binary codes searched by Hamming distance: min(256, D/2) bits (32 bytes) or min(512, D/2) (64 bytes)
         "ITQ": f"ITQ{min(256, d // 2)},LSHt",
         "ITQ512": f"ITQ{min(512, d // 2)},LSHt",
@@ -393,9 +402,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--train-per-list", type=int, default=64, help="two-stage IVF training rows per list")
     parser.add_argument("--backbone", default="tf_efficientnet_lite0")
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--images", type=int, default=128)
+    parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--workers", default="0,2", help="extraction DataLoader workers to time (comma-separated)")
+    parser.add_argument("--workers", default="0,auto",
+                        help="extraction DataLoader workers to time (comma-separated; auto: extract_descriptors' default)")
     parser.add_argument("--extraction-variants", default="fp32,channels_last",
                         help="extraction variants: fp32, channels_last, bf16, fp16 (autocast)")
     parser.add_argument("--precision-model", default=None,
@@ -406,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if not args.skip_extraction:
         print(extraction_table(args.backbone, args.image_size, args.images, args.batch_size, args.repeats,
-                               [int(w) for w in args.workers.split(",")],
+                               [None if w == "auto" else int(w) for w in args.workers.split(",")],
                                [v for v in args.extraction_variants.split(",") if v]), flush=True)
         print()
     if args.precision_model:
