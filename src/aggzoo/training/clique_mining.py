@@ -220,10 +220,11 @@ class CliqueMiningOptions:
 
     def __post_init__(self) -> None:
         for key in ("num_batches", "batches_per_epoch", "similar_places"):
-            if int(getattr(self, key)) < 1:
-                raise ConfigError(f"data.clique_mining.{key} must be >= 1, got {getattr(self, key)}")
-        if not float(self.threshold) > 0:
-            raise ConfigError(f"data.clique_mining.threshold is in metres and must be > 0, got {self.threshold}")
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"data.clique_mining.{key} must be an integer >= 1, got {value!r}")
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not self.threshold > 0:
+            raise ConfigError(f"data.clique_mining.threshold is in metres and must be > 0, got {self.threshold!r}")
 
 
 def describe_places(model: nn.Module, dataset: GSVCitiesDataset, transform: Transform, *, seed: int,
