@@ -25,11 +25,11 @@ RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem 
 TABLE_ROW = {"convap_resnet50": "ConvAP R50", "mixvpr_resnet50": "MixVPR R50", "salad_dinov2": "SALAD DINOv2",
              "boq_dinov2": "BoQ DINOv2", "image_dinov2": "ImAge", "boq_resnet50": None,
              "cosplace_resnet50": None, "netvlad_resnet50": None, "edtformer_dinov2": None,
-             "supervlad_dinov2": None, "cricavpr_dinov2": None}
+             "supervlad_dinov2": None, "cricavpr_dinov2": None, "salad_cliquemining": None}
 #: recipe -> its row label in REFERENCE.md section 5 (descriptor size in parentheses)
 RESULT_ROW = {"convap_resnet50": "ResNet50-ConvAP", "mixvpr_resnet50": "ResNet50-MixVPR",
               "salad_dinov2": "DINOv2-SALAD", "boq_dinov2": "DINOv2-BoQ", "boq_resnet50": "ResNet50-BoQ",
-              "image_dinov2": "ImAge GSV", "supervlad_dinov2": "SuperVLAD†"}
+              "image_dinov2": "ImAge GSV", "supervlad_dinov2": "SuperVLAD†", "salad_cliquemining": "SALAD-CM"}
 OPTIMIZERS = {"Adam": "torch.optim.Adam", "AdamW": "torch.optim.AdamW", "SGD": "torch.optim.SGD"}
 
 
@@ -88,6 +88,31 @@ def test_recipe_values_match_reference_table(recipe: str, tmp_path: Path) -> Non
         pytest.fail(f"unparsed schedule {schedule!r}")
 
 
+def test_clique_mining_recipe_matches_its_reference_entry(tmp_path: Path) -> None:
+    """conf/experiment/salad_cliquemining.yaml against REFERENCE.md's "SALAD-CM / CliqueMining" entry."""
+    if not REFERENCE.is_file():
+        pytest.skip(f"{REFERENCE} not found")
+    text = REFERENCE.read_text()
+    entry = " ".join(text[text.index("**SALAD-CM / CliqueMining**"):].split("\n\n", 1)[0].split())
+    cfg = compose_train(["experiment=salad_cliquemining"], tmp_path)
+    p, k, size = (int(v) for v in re.search(r"GSV-Cities batch \((\d+) places x (\d+), (\d+)", entry).groups())
+    assert (cfg.data.places_per_batch, cfg.data.train.img_per_place, list(cfg.data.image_size)) == (p, k, [size, size])
+    assert list(cfg.data.eval_image_size) == [int(re.search(r"\(random image, (\d+)\)", entry).group(1))] * 2
+    mining = cfg.data.clique_mining
+    assert mining.threshold == float(re.search(r"main\.py (\d+)\s*m", entry).group(1))
+    pool, per_epoch = (int(v) for v in re.search(r"(\d+) batches prebuilt, (\d+)/epoch", entry).groups())
+    assert (mining.num_batches, mining.batches_per_epoch, mining.similar_places) == (pool, per_epoch, 15)
+    lr, wd, start, end, steps, precision, epochs = re.search(
+        r"AdamW lr ([\d.e-]+),\s+wd ([\d.e-]+), LinearLR ([\d.]+) -> ([\d.]+) over (\d+) steps, (\S+), (\d+) epochs",
+        entry).groups()
+    assert cfg.optimizer._target_ == "torch.optim.AdamW" and cfg.optimizer.lr == pytest.approx(float(lr))
+    assert cfg.optimizer.weight_decay == pytest.approx(float(wd))
+    assert (cfg.scheduler.start_factor, cfg.scheduler.end_factor, cfg.scheduler.decay_steps) == (
+        float(start), float(end), int(steps))
+    assert cfg.trainer.precision == precision and cfg.trainer.max_epochs == int(epochs)
+    assert cfg.head._target_.endswith("SALAD") and cfg.backbone.frozen_stages == 8  # last 4 of 12 blocks
+
+
 def _trainable_blocks(model) -> int:
     blocks = model.backbone.model.blocks
     return sum(any(p.requires_grad for p in block.parameters()) for block in blocks)
@@ -111,7 +136,7 @@ def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> Non
         assert ("layer2" in trainable) == (recipe == "boq_resnet50")  # BoQ unfreezes 2 of the cropped stages
     else:  # DINOv2: SALAD trains the last 4 blocks + final norm, BoQ the last 2 without it, ImAge 8-11,
         # EDTformer none (its LoPA adapters beside the frozen ViT train instead)
-        expected = {"salad_dinov2": 4, "boq_dinov2": 2, "image_dinov2": 4, "edtformer_dinov2": 0,
+        expected = {"salad_dinov2": 4, "salad_cliquemining": 4, "boq_dinov2": 2, "image_dinov2": 4, "edtformer_dinov2": 0,
                     "supervlad_dinov2": 4, "cricavpr_dinov2": 0}[recipe]
         assert _trainable_blocks(model) == expected
         assert cfg.backbone.get("final_norm", True) == (recipe != "boq_dinov2")
@@ -132,6 +157,9 @@ STAND_INS = {
                                      "backbone.insert_before_block=4"],
 }
 HEAD_FIT = {"mixvpr_resnet50": ["head.in_h=2", "head.in_w=3"], "salad_dinov2": ["++head.num_clusters=4"],
+            # clique mining with the model being trained (the recipe's released SALAD is not here), a 2-batch pool
+            "salad_cliquemining": ["++head.num_clusters=4", "data.clique_mining.descriptor_model=null",
+                                   "data.clique_mining.num_batches=2"],
             "cricavpr_dinov2": ["++head.grids=[1,2]"]}  # a 2 x 3 map at 32 x 48 holds no 3 x 3 grid
 
 

@@ -12,7 +12,8 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,14 @@ from aggzoo.errors import ConfigError, DatasetLayoutError, RunFolderError, UserE
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
+from aggzoo.hub.factory import create_model, is_model
 from aggzoo.hub.io import SPEC_KEY, read_checkpoint
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.run.eval_by_name import (
     PROTOCOL_KEYS,
     evaluation_protocol,
     load_model_to_evaluate,
+    model_to_evaluate,
     preflight_size,
     run_unlabelled,
     unlabelled_requested,
@@ -58,14 +61,15 @@ from aggzoo.run.run_folder import (
 from aggzoo.run.train_report import NO_TRAINING_NOTE, closing_for, trained_row_label
 from aggzoo.training.callbacks import UntrainedBaseline
 from aggzoo.training.checkpointing import check_checkpoint_matches, resolve_ckpt_path, run_dir_of
+from aggzoo.training.clique_mining import CliqueMiningOptions
 from aggzoo.training.datamodule import VPRDataModule
 from aggzoo.training.interrupt import StoppedByCtrlC
 from aggzoo.training.module import VPRLightningModule
 from aggzoo.training.sharded_extraction import ShardedExtractor
 from aggzoo.training.timing import StepTimer
 
-__all__ = ["TrainingParts", "build_training", "compose_run_config", "evaluate", "load_benchmarks", "model_spec",
-           "module_options", "train"]
+__all__ = ["TrainingParts", "build_training", "clique_mining_options", "compose_run_config", "evaluate",
+           "load_benchmarks", "model_spec", "module_options", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +174,8 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
     test_sets = load_benchmarks(cfg.get("test_benchmarks"))
     datamodule = VPRDataModule(train_dataset=train_dataset, val_sets=val_sets, eval_transform=test_transform,
                                places_per_batch=data.places_per_batch, num_workers=data.num_workers,
-                               eval_batch_size=cfg.eval_batch_size, seed=cfg.seed)
+                               eval_batch_size=cfg.eval_batch_size, seed=cfg.seed,
+                               clique_mining=clique_mining_options(cfg))
     supplied = {
         "loss": instantiate(cfg.loss), "optimizer": instantiate(cfg.optimizer),
         "scheduler": instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
@@ -179,6 +184,26 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
     }
     module = VPRLightningModule(model, **supplied, **module_options(cfg, supplied=supplied.keys()))
     return TrainingParts(model, module, datamodule, test_sets, test_transform)
+
+
+def clique_mining_options(cfg: DictConfig) -> CliqueMiningOptions | None:
+    """``data.clique_mining`` (``data/clique_mining=default``) as the data module's options, ``None`` when
+    absent. ``descriptor_model`` is anything ``model=`` of ``eval.py`` takes (a registered ``<arch>.<tag>``,
+    a checkpoint); it is checked now and built only where the pool is built (rank 0, at fit start)."""
+    node = cfg.data.get("clique_mining")
+    if not node:
+        return None
+    options = dict(OmegaConf.to_container(node, resolve=True))
+    accepted = {f.name for f in fields(CliqueMiningOptions)}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigError(f"data.clique_mining.{unknown[0]} is not an option of clique mining; it takes "
+                          f"{sorted(accepted)} (aggzoo.training.clique_mining.CliqueMiningOptions)")
+    name = options.pop("descriptor_model", None)
+    if name:
+        resolved = model_to_evaluate(str(name), Path(cfg.paths.log_dir) / "train", key="data.clique_mining.descriptor_model")
+        options["descriptor_model"] = partial(create_model, resolved, pretrained=is_model(resolved))
+    return CliqueMiningOptions(**options)
 
 
 def module_options(cfg: DictConfig, *, supplied: Iterable[str] = ()) -> dict[str, Any]:
@@ -421,6 +446,8 @@ def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.
     head_class = str(cfg.head.get("_target_", "")).rsplit(".", 1)[-1]
     timing = timer.summary()
     images_per_step = int(cfg.data.places_per_batch) * int(getattr(trainer.datamodule.train_dataset, "img_per_place", 1))
+    if getattr(trainer.datamodule, "clique_mining", None) is not None:
+        images_per_step *= 2  # a clique batch beside the places
     summary = {
         "overrides": overrides,
         "backbone": cfg.backbone.get("model_name", cfg.backbone.get("_target_")),

@@ -16,28 +16,50 @@ One batch of ``P`` slots of ``K`` images is built city by city:
    slots of a batch are within ``threshold`` of each other); when no clique is left, go to step 1,
    until the batch has ``P`` slots.
 
-Descriptors are those of one image per place computed by the current model; the caller refreshes them
-(:meth:`CliqueMiner.set_descriptors`; upstream computes them when it prebuilds its 4000 batches, i.e.
-with the model of that moment). Coordinates: upstream uses MSLS's UTM easting/northing; GSV-Cities gives
-latitude/longitude, which :func:`local_metric_coordinates` projects onto a local plane per city (at
-25 m the difference to UTM's transverse Mercator is far below a metre).
+Descriptors: one per place, of one random image of the place (the eval transform), computed by the
+model of the moment the pool of batches is built. Upstream builds its pool once, when the data module is
+set up for fitting (``GSVCitiesDataModule.setup`` constructs ``CliqueMapillaryDataset``): 4000 batches,
+never rebuilt; before each epoch it permutes them and the epoch reads the first 2000. Its descriptors
+come from a cached ``cluster_descriptors.npy`` or, failing that, the released DINOv2-SALAD of
+``torch.hub`` (``serizba/salad``), not from the network being trained: here
+``CliqueMiningOptions.descriptor_model`` names that model, and ``None`` takes the model being trained
+(as it is at fit start, after the data-driven initialisation of its head).
 
-Not done here: the data module / config option that feeds these batches to training (see the report
-of issue 13 item 5).
+Coordinates: upstream uses MSLS's UTM easting/northing; GSV-Cities gives latitude/longitude, which
+:func:`local_metric_coordinates` projects onto a local plane per city (at 25 m the difference to UTM's
+transverse Mercator is far below a metre). Upstream mines its cliques from MSLS train_val (panoramas
+dropped, a place = an MSLS ``unique_cluster``); here they come from the GSV-Cities-layout training set
+itself (a place = a GSV-Cities place), as no MSLS training reader exists.
+
+Training (:class:`CliquePlaceBatchSampler`, :class:`CliqueKeyedDataset`, :func:`collate_halves`, fed by
+:class:`~aggzoo.training.datamodule.VPRDataModule`): each step loads the usual ``P x K`` places and one
+``P x K`` clique batch with the same transform; the training module puts both through one forward pass
+and sums the metric loss of each half (upstream ``VPRModel.training_step``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import networkx
 import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import default_collate
 
 from aggzoo.data.gsv_cities import PLACE_ID_STRIDE, GSVCitiesDataset
+from aggzoo.data.images import ImageReadError
+from aggzoo.data.progress import progress_bar
+from aggzoo.data.transforms import Transform
 from aggzoo.errors import ConfigError, DatasetFormatError
+from aggzoo.evaluation.retrieval import extract_descriptors
+from aggzoo.training.samplers import EpochKeyedDataset, PlaceBatchSampler, sample_seed
 
-__all__ = ["CliqueMiner", "gsv_clique_inputs", "local_metric_coordinates", "similar_place_probabilities"]
+__all__ = ["CliqueMiner", "CliqueMiningOptions", "CliqueKeyedDataset", "CliquePlaceBatchSampler", "collate_halves",
+           "describe_places", "gsv_clique_inputs", "local_metric_coordinates", "similar_place_probabilities"]
 
 EARTH_RADIUS_M = 6_371_008.8  # mean Earth radius (IUGG)
 
@@ -167,7 +189,134 @@ class CliqueMiner:
             slots += self._city_slots(rng, int(self.cities[city_index]), self.places_per_batch - len(slots))
         return np.stack(slots)
 
-    def batches(self, num_batches: int, *, seed: int, epoch: int = 0) -> np.ndarray:
-        """``[num_batches, P, K]`` image indices, a pure function of ``(seed, epoch)`` and the descriptors."""
+    def batches(self, num_batches: int, *, seed: int, epoch: int = 0, progress: bool | None = False) -> np.ndarray:
+        """``[num_batches, P, K]`` image indices, a pure function of ``(seed, epoch)`` and the descriptors
+        (``progress``: a bar over the batches, as :func:`~aggzoo.data.progress.progress_bar`)."""
         rng = np.random.default_rng((int(seed), int(epoch), 0xC11))
-        return np.stack([self.batch(rng) for _ in range(num_batches)])
+        with progress_bar(range(num_batches), progress, "clique batches", unit="batch") as steps:
+            return np.stack([self.batch(rng) for _ in steps])
+
+
+@dataclass(frozen=True)
+class CliqueMiningOptions:
+    """``data.clique_mining`` (``conf/data/clique_mining/default.yaml``); the defaults are upstream's.
+
+    Args:
+        num_batches: clique batches built in the pool (upstream ``num_batches`` 4000, built once per fit).
+        batches_per_epoch: how many of the pool, freshly permuted, each epoch reads (upstream 2000, the
+            length of its clique dataset); an epoch longer than that starts them over, as Lightning's
+            ``max_size_cycle`` does upstream.
+        similar_places: places drawn beside the anchor (15).
+        threshold: metres; two images closer than this are one place (upstream ``main.py`` 25).
+        descriptor_model: builds the model whose descriptors pick the similar places (upstream: the
+            released DINOv2-SALAD); ``None``: the model being trained.
+    """
+
+    num_batches: int = 4000
+    batches_per_epoch: int = 2000
+    similar_places: int = 15
+    threshold: float = 25.0
+    descriptor_model: Callable[[], nn.Module] | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("num_batches", "batches_per_epoch", "similar_places"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"data.clique_mining.{key} must be an integer >= 1, got {value!r}")
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not self.threshold > 0:
+            raise ConfigError(f"data.clique_mining.threshold is in metres and must be > 0, got {self.threshold!r}")
+
+
+def describe_places(model: nn.Module, dataset: GSVCitiesDataset, transform: Transform, *, seed: int,
+                    **extract: Any) -> np.ndarray:
+    """``[N, D]``: for every place of ``dataset`` the descriptor of one of its images, drawn from ``seed``
+    (upstream: one random image per cluster), by :func:`~aggzoo.evaluation.retrieval.extract_descriptors`
+    (``extract``: its keyword arguments: device, batch size, autocast, progress)."""
+    rng = np.random.default_rng((int(seed), 0xC11D))
+    paths = [images[int(rng.integers(len(images)))].path
+             for images in (dataset.places[int(p)] for p in dataset.place_ids)]
+    return np.asarray(extract_descriptors(model, paths, transform, desc="clique descriptors", **extract))
+
+
+class CliquePlaceBatchSampler(PlaceBatchSampler):
+    """:class:`~aggzoo.training.samplers.PlaceBatchSampler`'s keys for batch ``b``, then the keys of this
+    rank's slots of one clique batch: a loader with ``batch_size = 2 * local_places`` yields both halves.
+
+    Clique batch ``b`` of epoch ``e`` is ``pool[order_e[b % per_epoch]]``, ``order_e`` a permutation of the
+    pool drawn from ``(seed, e)`` cut to ``per_epoch`` (upstream's ``reload()`` and dataset length). A clique
+    key is ``(epoch, seed index, label, image indices)``: the label is the slot's position in the global
+    batch (unique over ranks, as the gathered loss needs), the seed index keys its augmentation.
+    Under DDP rank ``r`` takes slots ``r * P / W ... (r + 1) * P / W`` of the same pool, which every rank
+    holds (the data module builds it on rank 0 and broadcasts it).
+    """
+
+    def __init__(self, num_places: int, *, pool: np.ndarray, batches_per_epoch: int, **kwargs: Any) -> None:
+        super().__init__(num_places, **kwargs)
+        pool = np.asarray(pool)
+        if pool.ndim != 3 or pool.shape[1] != self.places_per_batch:
+            raise ConfigError(f"the clique pool holds {pool.shape[1:2]} slots per batch for data.places_per_batch="
+                              f"{self.places_per_batch}; rebuild it (start the run again without ckpt_path)")
+        self.pool = pool
+        self.per_epoch = min(int(batches_per_epoch), len(pool))
+
+    def __len__(self) -> int:
+        return 2 * super().__len__()
+
+    def clique_order(self, epoch: int) -> np.ndarray:
+        """``[per_epoch]`` pool rows read in ``epoch``, in order."""
+        return np.random.default_rng((int(self.seed), int(epoch), 0xC11E)).permutation(len(self.pool))[: self.per_epoch]
+
+    def clique_batch(self, epoch: int, batch: int) -> np.ndarray:
+        """``[P, K]`` image indices of the clique half of global batch ``batch`` of ``epoch``."""
+        return self.pool[self.clique_order(epoch)[batch % self.per_epoch]]
+
+    def __iter__(self) -> Iterator[tuple]:
+        epoch, places = self.epoch, iter(super().__iter__())
+        lo, hi = self.rank * self.local_places, (self.rank + 1) * self.local_places
+        for batch in range(self.start_batch, self.num_batches):
+            for _ in range(self.local_places):
+                yield next(places)
+            slots = self.clique_batch(epoch, batch)
+            for slot in range(lo, hi):
+                yield (epoch, self.num_places + batch * self.places_per_batch + slot, slot,
+                       tuple(int(i) for i in slots[slot]))
+
+
+class CliqueKeyedDataset(EpochKeyedDataset):
+    """:class:`~aggzoo.training.samplers.EpochKeyedDataset` that also loads clique slots: a key
+    ``(epoch, seed index, label, image indices)`` gives the ``K`` images ``[K, 3, H, W]`` (the training
+    set's transform and ``bad_images`` policy; an unreadable one is replaced by another of its slot)
+    and ``label`` repeated ``[K]``.
+
+    Args:
+        dataset: the training places (``GSVCitiesDataset``).
+        image_paths: ``[M]`` paths of the image indices of the keys (:func:`gsv_clique_inputs`).
+        seed: the run's seed.
+    """
+
+    def __init__(self, dataset: GSVCitiesDataset, image_paths: Sequence[Path], *, seed: int = 0) -> None:
+        super().__init__(dataset, seed=seed)
+        self.image_paths = list(image_paths)
+
+    def __getitem__(self, key: tuple) -> Any:
+        if len(key) == 2:
+            return super().__getitem__(key)
+        epoch, seed_index, label, images = key
+        return self.seeded(epoch, sample_seed(self.seed, epoch, seed_index), lambda: self._slot(images, label))
+
+    def _slot(self, images: Sequence[int], label: int) -> tuple[torch.Tensor, torch.Tensor]:
+        paths = [self.image_paths[i] for i in images]
+        arrays = [self.dataset.bad_images.read(path) for path in paths]
+        readable = [a for a in arrays if a is not None]
+        if not readable:
+            raise ImageReadError(f"no image of a clique slot is readable: {[str(p) for p in paths]}")
+        arrays = [a if a is not None else readable[i % len(readable)] for i, a in enumerate(arrays)]
+        tensors = torch.stack([self.dataset.transform(a) for a in arrays])
+        return tensors, torch.full((len(arrays),), int(label), dtype=torch.long)
+
+
+def collate_halves(items: list) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """A :class:`CliquePlaceBatchSampler` batch -> ``{"places": (images [P, K, 3, H, W], labels [P, K]),
+    "cliques": (the same for the clique slots)}``."""
+    half = len(items) // 2
+    return {"places": default_collate(items[:half]), "cliques": default_collate(items[half:])}

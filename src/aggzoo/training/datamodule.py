@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import lightning.pytorch as L
 import numpy as np
@@ -13,7 +14,16 @@ from aggzoo.data.gsv_cities import GSVCitiesDataset
 from aggzoo.data.image_policy import ImagePolicy
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.data.transforms import Transform
-from aggzoo.errors import ConfigError
+from aggzoo.errors import ConfigError, UserError
+from aggzoo.training.clique_mining import (
+    CliqueKeyedDataset,
+    CliqueMiner,
+    CliqueMiningOptions,
+    CliquePlaceBatchSampler,
+    collate_halves,
+    describe_places,
+    gsv_clique_inputs,
+)
 from aggzoo.training.samplers import EpochKeyedDataset, PlaceBatchSampler, ResumableDataLoader
 
 __all__ = ["VPRDataModule", "PolicyImageDataset", "collate_readable"]
@@ -59,11 +69,16 @@ class VPRDataModule(L.LightningDataModule):
         num_workers: loader processes; 0 loads in the main process.
         eval_batch_size: images per validation batch (per device).
         seed: seeds the epoch permutations and every item's random draws.
+        clique_mining: add a clique batch to every step (SALAD-CM, :mod:`aggzoo.training.clique_mining`);
+            ``None`` (default): the P x K places only. The pool of clique batches is built when training
+            starts (upstream builds it once per fit, in ``setup``), with the descriptors of the model
+            of that moment, by rank 0 and broadcast to the other ranks; it is saved in every checkpoint
+            (:meth:`state_dict`), so a resumed run reads the same batches.
     """
 
     def __init__(self, *, train_dataset: GSVCitiesDataset, val_sets: Mapping[str, RetrievalSet],
                  eval_transform: Transform, places_per_batch: int = 32, num_workers: int = 0,
-                 eval_batch_size: int = 64, seed: int = 0) -> None:
+                 eval_batch_size: int = 64, seed: int = 0, clique_mining: CliqueMiningOptions | None = None) -> None:
         super().__init__()
         if places_per_batch > len(train_dataset):
             raise ConfigError(f"data.places_per_batch={places_per_batch} exceeds the {len(train_dataset)} training "
@@ -77,6 +92,9 @@ class VPRDataModule(L.LightningDataModule):
         self.eval_batch_size = eval_batch_size
         self.seed = seed
         self.train_sampler: PlaceBatchSampler | None = None
+        self.clique_mining = clique_mining
+        #: ``[num_batches, P, K]`` image indices of the clique batches of this fit (``None``: not built yet)
+        self.clique_pool: np.ndarray | None = None
 
     def _world(self) -> tuple[int, int]:
         trainer = self.trainer
@@ -94,12 +112,77 @@ class VPRDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         world_size, rank = self._world()
+        if self.clique_mining is not None:
+            return self._clique_dataloader(world_size, rank)
         self.train_sampler = PlaceBatchSampler(len(self.train_dataset), places_per_batch=self.places_per_batch,
                                                num_replicas=world_size, rank=rank, seed=self.seed)
         return ResumableDataLoader(EpochKeyedDataset(self.train_dataset, seed=self.seed),
                                    batch_size=self.train_sampler.local_places, sampler=self.train_sampler,
                                    num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
                                    pin_memory=torch.cuda.is_available(), generator=self._generator())
+
+    # -- clique mining -----------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        if stage == "fit":  # a new fit builds a new pool (a resumed one gets its own back in load_state_dict)
+            self.clique_pool = None
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.clique_pool is None:
+            return {}  # nothing stored: checkpoints without clique mining are as before
+        return {"clique_pool": torch.from_numpy(self.clique_pool.astype(np.int64)),
+                "clique_num_images": self.train_dataset.num_images}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "clique_pool" not in state or self.clique_mining is None:
+            return
+        if int(state["clique_num_images"]) != self.train_dataset.num_images:
+            raise ConfigError(f"the checkpoint's clique batches index {state['clique_num_images']} training images, "
+                              f"the training set now has {self.train_dataset.num_images}; resume with the same data")
+        self.clique_pool = state["clique_pool"].numpy()
+
+    def build_clique_pool(self) -> np.ndarray:
+        """``[num_batches, P, K]`` clique batches: descriptors of one image per place by the descriptor model
+        (the model being trained by default) on its device and at the trainer's precision, then mining."""
+        options = self.clique_mining
+        assert options is not None
+        module = self.trainer.lightning_module
+        model = options.descriptor_model() if options.descriptor_model is not None else module.model
+        precision = str(self.trainer.precision)
+        autocast = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}.get(precision)
+        descriptors = describe_places(model, self.train_dataset, self.eval_transform, seed=self.seed,
+                                      device=module.device, batch_size=self.eval_batch_size,
+                                      num_workers=self.num_workers, autocast_dtype=autocast, progress=None)
+        place_of_image, city_of_place, image_xy, _ = gsv_clique_inputs(self.train_dataset)
+        miner = CliqueMiner(place_of_image, city_of_place, image_xy, descriptors,
+                            places_per_batch=self.places_per_batch, images_per_place=self.train_dataset.img_per_place,
+                            similar_places=options.similar_places, threshold=options.threshold)
+        return miner.batches(options.num_batches, seed=self.seed, progress=None)
+
+    def _clique_dataloader(self, world_size: int, rank: int) -> DataLoader:
+        assert self.clique_mining is not None
+        if self.clique_pool is None:
+            # Rank 0 builds, every rank receives the same pool (descriptors may differ in the last bit across
+            # devices, and the sampling would then differ); the other ranks wait in the broadcast.
+            # A user error on rank 0 (too few cliques) travels in the broadcast, so every rank stops with it.
+            pool: Any = None
+            if rank == 0:
+                try:
+                    pool = self.build_clique_pool()
+                except UserError as err:
+                    pool = err
+            pool = self.trainer.strategy.broadcast(pool, src=0)
+            if isinstance(pool, UserError):
+                raise pool
+            self.clique_pool = np.asarray(pool)
+        self.train_sampler = CliquePlaceBatchSampler(
+            len(self.train_dataset), pool=self.clique_pool, batches_per_epoch=self.clique_mining.batches_per_epoch,
+            places_per_batch=self.places_per_batch, num_replicas=world_size, rank=rank, seed=self.seed)
+        paths = gsv_clique_inputs(self.train_dataset)[3]
+        return ResumableDataLoader(CliqueKeyedDataset(self.train_dataset, paths, seed=self.seed),
+                                   batch_size=2 * self.train_sampler.local_places, sampler=self.train_sampler,
+                                   collate_fn=collate_halves, num_workers=self.num_workers,
+                                   persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available(),
+                                   generator=self._generator())
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:
         world_size, rank = self._world()

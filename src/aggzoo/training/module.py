@@ -203,20 +203,45 @@ class VPRLightningModule(L.LightningModule):
         if sampler is not None:
             sampler.mark_batch_started(self.trainer.num_training_batches)
 
-    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+    def training_step(self, batch: tuple[Tensor, Tensor] | Mapping[str, tuple[Tensor, Tensor]],
+                      batch_idx: int) -> Tensor:
+        if isinstance(batch, Mapping):
+            return self._clique_training_step(batch)
         images, labels = batch  # [P_local, K, 3, H, W], [P_local, K]
         descriptors = self.describe(images.flatten(0, 1))
         labels = labels.flatten()
+        loss = self._half_loss(descriptors, labels)
+        self.log("train/loss", loss, prog_bar=True, batch_size=labels.numel())
+        self.log("train/mined_fraction", self.loss.last_mined_fraction, batch_size=labels.numel())
+        # No rescaling under gather_loss: every rank computes the same global loss L, the all-gather's
+        # backward sums the W ranks' dL/d(own rows) (W x the true gradient) and DDP's mean divides by W.
+        return loss
+
+    def _half_loss(self, descriptors: Tensor, labels: Tensor) -> Tensor:
+        """The metric loss of ``[B, D]`` descriptors and ``[B]`` labels, over all ranks under ``gather_loss``."""
         if self.gather_loss and self.trainer.world_size > 1:
             # [W, B, D] with gradients flowing back to each rank's own rows; rank-major order is the
             # single-process batch order (the sampler gives rank r the r-th slice of the global batch).
             descriptors = self.all_gather(descriptors, sync_grads=True).flatten(0, 1)
             labels = self.all_gather(labels).flatten(0, 1)
-        loss = self.loss(descriptors, labels)
-        self.log("train/loss", loss, prog_bar=True, batch_size=labels.numel())
-        self.log("train/mined_fraction", self.loss.last_mined_fraction, batch_size=labels.numel())
-        # No rescaling under gather_loss: every rank computes the same global loss L, the all-gather's
-        # backward sums the W ranks' dL/d(own rows) (W x the true gradient) and DDP's mean divides by W.
+        return self.loss(descriptors, labels)
+
+    def _clique_training_step(self, batch: Mapping[str, tuple[Tensor, Tensor]]) -> Tensor:
+        """SALAD-CM's step (serizba/cliquemining ``VPRModel.training_step``): the places and the clique
+        slots in one forward pass, the metric loss of each half on its own, summed."""
+        (places, place_labels), (cliques, clique_labels) = batch["places"], batch["cliques"]
+        split = places.shape[0] * places.shape[1]
+        descriptors = self.describe(torch.cat([places, cliques]).flatten(0, 1))
+        place_loss = self._half_loss(descriptors[:split], place_labels.flatten())
+        place_mined = self.loss.last_mined_fraction
+        clique_loss = self._half_loss(descriptors[split:], clique_labels.flatten())
+        loss = place_loss + clique_loss
+        count = descriptors.shape[0]
+        self.log("train/loss", loss, prog_bar=True, batch_size=count)
+        self.log("train/place_loss", place_loss, batch_size=split)
+        self.log("train/clique_loss", clique_loss, batch_size=count - split)
+        self.log("train/mined_fraction", place_mined, batch_size=split)
+        self.log("train/clique_mined_fraction", self.loss.last_mined_fraction, batch_size=count - split)
         return loss
 
     def configure_optimizers(self) -> Any:

@@ -25,7 +25,7 @@ Three pieces work together:
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -166,10 +166,13 @@ class EpochKeyedDataset(Dataset):
 
     def __getitem__(self, key: tuple[int, int]) -> Any:
         epoch, index = key
+        return self.seeded(epoch, sample_seed(self.seed, epoch, index), lambda: self.dataset[index])
+
+    def seeded(self, epoch: int, item_seed: int, load: Callable[[], Any]) -> Any:
+        """``load()`` with the dataset at ``epoch`` and every random draw seeded from ``item_seed``."""
         set_epoch = getattr(self.dataset, "set_epoch", None)
         if callable(set_epoch):
             set_epoch(epoch)
-        item_seed = sample_seed(self.seed, epoch, index)
         seed_transform(getattr(self.dataset, "transform", None), item_seed)
         # Transforms drawing from the global RNGs (torchvision, custom code) get them seeded too,
         # inside a fork so the training process's own RNG stream (dropout, ...) is not disturbed.
@@ -179,7 +182,7 @@ class EpochKeyedDataset(Dataset):
             random.seed(item_seed)
             np.random.seed(item_seed)
             try:
-                return self.dataset[index]
+                return load()
             finally:
                 random.setstate(py_state)
                 np.random.set_state(np_state)
