@@ -119,6 +119,14 @@ def test_add_command_writes_a_delta_that_reloads(tmp_path: Path, monkeypatch: py
     loaded.eval(), trained.eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded(images(2, (112, 224))), trained(images(2, (112, 224))), rtol=0, atol=0)
+    # Another frozen_stages is a training choice, not another model: the same tensors ship the same tensors.
+    from safetensors.torch import load_file
+    shipped = load_file(str(folder / entry.file))
+    frozen = {**spec, "backbone": {**spec["backbone"], "frozen_stages": 4}}
+    torch.save({"state_dict": {f"model.{k}": v for k, v in trained.state_dict().items()}, SPEC_KEY: frozen}, checkpoint)
+    add_entry(name, checkpoint, recipe="x", metrics={}, directory=folder)
+    again = load_file(str(folder / entry.file))
+    assert again.keys() == shipped.keys() and all(torch.equal(again[k], shipped[k]) for k in shipped)
     # A checkpoint trained with another configuration is refused.
     spec["head"] = {**spec["head"], "p": 4.0}
     torch.save({"state_dict": {f"model.{k}": v for k, v in trained.state_dict().items()}, SPEC_KEY: spec}, checkpoint)

@@ -102,14 +102,18 @@ def add_entry(
 
 def _check_same_architecture(model: Any, checkpoint: str | os.PathLike) -> None:
     """A pipeline checkpoint records the backbone + head config it was trained with: it must be
-    the registered architecture's (the backbone's ``pretrained`` flag aside), or the shipped file
+    the registered architecture's (the backbone's ``pretrained`` and ``frozen_stages`` aside), or the shipped file
     would be loaded into a different model than the one that was measured."""
     trained = read_checkpoint(checkpoint).spec
     if trained is None:
         return  # a bare state dict: strict loading is the only check available
+    trained = dict(trained, backbone=dict(trained["backbone"]))
     registered = dict(model.aggzoo_spec, backbone=dict(model.aggzoo_spec["backbone"]))
+    # Neither flag changes the function the tensors compute: ``pretrained`` is where the initial backbone
+    # came from, ``frozen_stages`` which stages trained (an inference model is all in eval mode).
     for spec in (trained, registered):
-        spec["backbone"].pop("pretrained", None)
+        for key in ("pretrained", "frozen_stages"):
+            spec["backbone"].pop(key, None)
     if trained != registered:
         raise ManifestError(
             f"{checkpoint} was trained with {json.dumps(trained, sort_keys=True)}, but the registered "
