@@ -24,6 +24,7 @@ from aggzoo.models.backbones.side_adapter import SideAdapterViT
 from aggzoo.models.features import Features
 from aggzoo.models.heads.selavprpp import SelaVPRpp
 from aggzoo.models.vpr_model import VPRModel
+from aggzoo.run.preflight import evaluation_option_problems
 
 faiss = pytest.importorskip("faiss")
 
@@ -179,3 +180,10 @@ def test_two_branch_evaluation_on_image_files(tmp_path: Path) -> None:
     float_model = VPRModel(SideAdapterViT(VIT, **TINY), functools.partial(SelaVPRpp, out_dim=24))
     with pytest.raises(ConfigError, match="official_rerank"):
         evaluate_benchmarks(float_model, [retrieval_set], transform, index="BFlat", refine=m, ks=(1,), pictures=False)
+
+
+def test_preflight_checks_the_binary_first_stage_before_extraction() -> None:
+    assert evaluation_option_problems({"index": "BFlat", "refine": 100}, 2048) == []
+    (missing,) = evaluation_option_problems({"index": "BFlat"}, 2048)
+    assert "evaluation.refine=100" in missing
+    assert any("binary index string" in p for p in evaluation_option_problems({"index": "BNope", "refine": 100}, 2048))
