@@ -178,19 +178,19 @@ _SELAVPRPP_HEAD = {"linear1.": "float_branch.token.", "linear2.": "float_branch.
     ("selavprpp_dinov2_vitl14", 1024, 4096, True, "SelaVPRplusplus_large_rerank.pth"),
 ])
 def test_selavprpp_official(tmp_path: Path, arch: str, dim: int, out_dim: int, hashing: bool, filename: str) -> None:
-    # The ViT is cut to 2 blocks; ViT-B's side path starts at block 0 (2 adapters), ViT-L's (block 8 upstream)
-    # is moved to block 1 so that its adapter widths are still tested (1 adapter, upstream adapters.0).
+    # The ViT is cut to 2 blocks (ViT-B: side path from block 0, 2 adapters) or 1 (ViT-L, whose side path starts
+    # at block 8 upstream: moved to block 0 so that its 1024-wide adapter layout is still tested, upstream adapters.0).
+    depth = DEPTH if dim == C else 1
     widths = {C: dim, 3 * C: 3 * dim, 4 * C: 4 * dim}
-    shapes = [(k, tuple(widths.get(d, d) for d in s)) for k, s in prefixed("backbone.", dinov2_hub(DEPTH))]
-    start = 0 if dim == C else 1
+    shapes = [(k, tuple(widths.get(d, d) for d in s)) for k, s in prefixed("backbone.", dinov2_hub(depth))]
     for path in ("adapters", "adapters_hashing") if hashing else ("adapters",):
-        for j in range(DEPTH - start):
+        for j in range(depth):
             shapes += multiconv_adapter(f"backbone.{path}.{j}.", dim)
     upstream = fill(shapes + _selavprpp_head(dim, out_dim, hashing=hashing))
     path = _data_parallel_file(upstream, tmp_path / filename)
     tag = "official_rerank" if hashing else "official"
     model = aggzoo.create_model(f"{arch}.{tag}", checkpoint_path=path,
-                                backbone_kwargs={"depth": DEPTH, "start_block": start})
+                                backbone_kwargs={"depth": depth, "start_block": 0})
     mapping: dict[str, str | None] = {}
     for key in upstream:
         if key.startswith(("backbone.adapters.", "backbone.adapters_hashing.")):
