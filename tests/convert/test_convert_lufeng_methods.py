@@ -78,14 +78,17 @@ def _bn(prefix: str, channels: int) -> Shapes:
             (prefix + "running_var", (channels,)), (prefix + "num_batches_tracked", ())]
 
 
-def multiconv_adapter(prefix: str) -> Shapes:
-    """Lu-Feng/CricaVPR ``backbone/dinov2/block.py``: ``MulConvAdapter(768, 384, 192, 24, 96, 24, 96)``."""
-    out: Shapes = [(prefix + "D_fc1.weight", (384, C)), (prefix + "D_fc1.bias", (384,))]
-    for name, c_in, c_out, k in [("branch1.", 384, 192, 1), ("branch2.0.", 384, 24, 1), ("branch2.1.", 24, 96, 3),
-                                 ("branch3.0.", 384, 24, 1), ("branch3.1.", 24, 96, 5)]:
+def multiconv_adapter(prefix: str, dim: int = C) -> Shapes:
+    """Lu-Feng/CricaVPR ``backbone/dinov2/block.py``: ``MulConvAdapter(768, 384, 192, 24, 96, 24, 96)``; Lu-Feng/
+    SelaVPRplusplus ``model/adapter.py`` also ``MulConvAdapter(1024, 512, 256, 32, 128, 32, 128)`` (ViT-L)."""
+    widths = {768: (384, 192, 24, 96), 1024: (512, 256, 32, 128)}[dim]
+    hidden, ch1, red, ch3 = widths
+    out: Shapes = [(prefix + "D_fc1.weight", (hidden, dim)), (prefix + "D_fc1.bias", (hidden,))]
+    for name, c_in, c_out, k in [("branch1.", hidden, ch1, 1), ("branch2.0.", hidden, red, 1), ("branch2.1.", red, ch3, 3),
+                                 ("branch3.0.", hidden, red, 1), ("branch3.1.", red, ch3, 5)]:
         out += [(prefix + name + "conv.weight", (c_out, c_in, k, k)), (prefix + name + "conv.bias", (c_out,))]
         out += _bn(prefix + name + "bn.", c_out)
-    return out + [(prefix + "D_fc2.weight", (C, 384)), (prefix + "D_fc2.bias", (C,))]
+    return out + [(prefix + "D_fc2.weight", (dim, hidden)), (prefix + "D_fc2.bias", (dim,))]
 
 
 def test_cricavpr_official(tmp_path: Path) -> None:
@@ -150,3 +153,59 @@ def test_selavpr_official_with_registers(tmp_path: Path) -> None:
                    "backbone.model.pos_embed": pos[:, 1:]}
     assert_placed(model, upstream, mapping, transformed)
     assert model.out_dim == 1024
+
+
+def _selavprpp_head(dim: int, out_dim: int, *, hashing: bool) -> Shapes:
+    # Lu-Feng/SelaVPRplusplus model/network.py (--aggregation gem): linear1, aggregation.1.p, linear2; hashing
+    # linear3, aggregation_hashing.1.p, linear4 (-> 512).
+    out: Shapes = [("linear1.weight", (dim, dim)), ("linear1.bias", (dim,)), ("aggregation.1.p", (1,)),
+                   ("linear2.weight", (out_dim, dim)), ("linear2.bias", (out_dim,))]
+    if hashing:
+        out += [("linear3.weight", (dim, dim)), ("linear3.bias", (dim,)), ("aggregation_hashing.1.p", (1,)),
+                ("linear4.weight", (512, dim)), ("linear4.bias", (512,))]
+    return out
+
+
+_SELAVPRPP_HEAD = {"linear1.": "float_branch.token.", "linear2.": "float_branch.out.", "aggregation.1.p": "float_branch.gem.p",
+                   "linear3.": "hash_branch.token.", "linear4.": "hash_branch.out.",
+                   "aggregation_hashing.1.p": "hash_branch.gem.p"}
+
+
+@pytest.mark.parametrize(("arch", "dim", "out_dim", "hashing", "filename"), [
+    ("selavprpp_dinov2_vitb14", C, 2048, False, "SelaVPRplusplus_base.pth"),
+    ("selavprpp_dinov2_vitb14", C, 2048, True, "SelaVPRplusplus_base_rerank.pth"),
+    ("selavprpp_dinov2_vitl14", 1024, 4096, False, "SelaVPRplusplus_large.pth"),
+    ("selavprpp_dinov2_vitl14", 1024, 4096, True, "SelaVPRplusplus_large_rerank.pth"),
+])
+def test_selavprpp_official(tmp_path: Path, arch: str, dim: int, out_dim: int, hashing: bool, filename: str) -> None:
+    # The ViT is cut to 2 blocks (ViT-B: side path from block 0, 2 adapters) or 1 (ViT-L, whose side path starts
+    # at block 8 upstream: moved to block 0 so that its 1024-wide adapter layout is still tested, upstream adapters.0).
+    depth = DEPTH if dim == C else 1
+    widths = {C: dim, 3 * C: 3 * dim, 4 * C: 4 * dim}
+    shapes = [(k, tuple(widths.get(d, d) for d in s)) for k, s in prefixed("backbone.", dinov2_hub(depth))]
+    for path in ("adapters", "adapters_hashing") if hashing else ("adapters",):
+        for j in range(depth):
+            shapes += multiconv_adapter(f"backbone.{path}.{j}.", dim)
+    upstream = fill(shapes + _selavprpp_head(dim, out_dim, hashing=hashing))
+    path = _data_parallel_file(upstream, tmp_path / filename)
+    tag = "official_rerank" if hashing else "official"
+    model = aggzoo.create_model(f"{arch}.{tag}", checkpoint_path=path,
+                                backbone_kwargs={"depth": depth, "start_block": 0})
+    mapping: dict[str, str | None] = {}
+    for key in upstream:
+        if key.startswith(("backbone.adapters.", "backbone.adapters_hashing.")):
+            mapping[key] = key
+        elif key == "backbone.mask_token":
+            mapping[key] = None
+        elif key.startswith("backbone."):
+            mapping[key] = key.replace("backbone.", "backbone.model.", 1)
+        else:
+            source = next(s for s in _SELAVPRPP_HEAD if key.startswith(s))
+            mapping[key] = "head." + _SELAVPRPP_HEAD[source] + key[len(source):]
+    transformed = {"backbone.model.pos_embed": upstream["backbone.pos_embed"]}
+    assert_placed(model, upstream, mapping, transformed)
+    assert model.out_dim == out_dim and model.head.bits == (512 if hashing else 0)
+    assert model.pretrained_cfg.input_size == (3, 322, 322)
+    if hashing and dim == C:  # a two-branch file is not the float model's: the strict load names the extra keys
+        with pytest.raises(StateDictMismatchError, match="adapters_hashing"):
+            aggzoo.create_model(f"{arch}.official", checkpoint_path=path, backbone_kwargs={"depth": DEPTH})

@@ -25,7 +25,8 @@ RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem 
 TABLE_ROW = {"convap_resnet50": "ConvAP R50", "mixvpr_resnet50": "MixVPR R50", "salad_dinov2": "SALAD DINOv2",
              "boq_dinov2": "BoQ DINOv2", "image_dinov2": "ImAge", "boq_resnet50": None,
              "cosplace_resnet50": None, "netvlad_resnet50": None, "edtformer_dinov2": None,
-             "supervlad_dinov2": None, "cricavpr_dinov2": None, "salad_cliquemining": None}
+             "supervlad_dinov2": None, "cricavpr_dinov2": None, "salad_cliquemining": None,
+             "selavprpp_dinov2": None}
 #: recipe -> its row label in REFERENCE.md section 5 (descriptor size in parentheses)
 RESULT_ROW = {"convap_resnet50": "ResNet50-ConvAP", "mixvpr_resnet50": "ResNet50-MixVPR",
               "salad_dinov2": "DINOv2-SALAD", "boq_dinov2": "DINOv2-BoQ", "boq_resnet50": "ResNet50-BoQ",
@@ -137,7 +138,7 @@ def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> Non
     else:  # DINOv2: SALAD trains the last 4 blocks + final norm, BoQ the last 2 without it, ImAge 8-11,
         # EDTformer none (its LoPA adapters beside the frozen ViT train instead)
         expected = {"salad_dinov2": 4, "salad_cliquemining": 4, "boq_dinov2": 2, "image_dinov2": 4, "edtformer_dinov2": 0,
-                    "supervlad_dinov2": 4, "cricavpr_dinov2": 0}[recipe]
+                    "supervlad_dinov2": 4, "cricavpr_dinov2": 0, "selavprpp_dinov2": 0}[recipe]
         assert _trainable_blocks(model) == expected
         assert cfg.backbone.get("final_norm", True) == (recipe != "boq_dinov2")
         if recipe == "edtformer_dinov2":
@@ -146,6 +147,9 @@ def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> Non
         if recipe == "cricavpr_dinov2":  # 10752 before the optional PCA (REFERENCE lists the 4096 after it)
             trainable = {n.split(".")[0] for n, p in model.backbone.named_parameters() if p.requires_grad}
             assert trainable == {"adapters"} and model.out_dim == 10752 and model.head.batch_dependent
+        if recipe == "selavprpp_dinov2":  # ViT-L: 16 side-path adapters after blocks 8-23, 4096-D (REFERENCE section 8)
+            trainable = {n.split(".")[0] for n, p in model.backbone.named_parameters() if p.requires_grad}
+            assert trainable == {"adapters"} and len(model.backbone.adapters) == 16 and model.out_dim == 4096
 
 
 #: tiny stand-ins per backbone family (the recipe keeps its head, optimiser, schedule and augmentation)
@@ -153,6 +157,8 @@ STAND_INS = {
     "resnet50": ["backbone.model_name=test_resnet", "backbone.pretrained=false"],
     "vit_base_patch14_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
                                 "backbone.frozen_stages=4"],
+    "vit_large_patch14_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
+                                 "backbone.start_block=0"],
     "vit_base_patch14_reg4_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
                                      "backbone.insert_before_block=4"],
 }

@@ -13,6 +13,13 @@ stages (``refine=M``): it returns a shortlist of ``M`` candidates per query, whi
 re-scores exactly against the full-precision descriptors (:class:`TwoStageIndex`). Those live either in
 RAM inside FAISS's ``IndexRefineFlat`` (``refine_store="ram"``), or on disk in a memory-mapped
 ``.npy`` file (``refine_store="disk"``, float16 or float32), so that RAM holds only the codes.
+
+A binary first stage over a model's *second* descriptor (SelaVPR++: a hashing branch beside the float
+descriptor) is the same two-stage search: ``index`` names a FAISS binary index (``"BFlat"``, exhaustive
+Hamming; ``"BHNSW32"``...), built over the database's packed codes (:func:`pack_codes` of the model's
+:class:`BinaryCodes`), and its Hamming shortlist of ``refine`` candidates is re-scored exactly against the
+float descriptors as any other shortlist (``evaluation.index=BFlat evaluation.refine=100``). On L2-normalised
+descriptors the inner-product order is the L2 order upstream re-ranks by.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from aggzoo.data.workers import loader_workers
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.batch_dependence import batch_dependence_record
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
+from aggzoo.models.features import Features
 from aggzoo.models.modes import evaluating
 
 try:  # FAISS is an optional dependency (extras cpu / gpu); torch covers exact search without it.
@@ -43,6 +51,7 @@ except ImportError:  # pragma: no cover - exercised only where faiss is not inst
     faiss = None
 
 __all__ = [
+    "BinaryCodes",
     "PRECISIONS",
     "REFINE_STORES",
     "RetrievalResult",
@@ -58,6 +67,8 @@ __all__ = [
     "evaluate_retrieval",
     "result_from_predictions",
     "faiss_available",
+    "is_binary_index",
+    "pack_codes",
     "autocast_dtype_of",
 ]
 
@@ -173,6 +184,53 @@ def extract_descriptors(
     return out
 
 
+# -- binary codes of a model's hashing branch ------------------------------------------------------
+
+
+def is_binary_index(index: Any) -> bool:
+    """Whether ``index`` names a FAISS binary index (``index_binary_factory``: ``"BFlat"``, ``"BHNSW32"``,
+    ``"BIVF1024"``...): a first stage over a model's binary codes, not over its float descriptors."""
+    return isinstance(index, str) and index.replace(" ", "").startswith("B")
+
+
+def pack_codes(codes: np.ndarray) -> np.ndarray:
+    """``[N, bits]`` codes in ``{-1, +1}`` -> ``[N, bits / 8]`` uint8 (bit 1 for ``+1``, most significant bit
+    first: ``np.packbits``, as upstream packs them for ``faiss.IndexBinaryFlat``)."""
+    codes = np.asarray(codes)
+    if codes.ndim != 2 or codes.shape[1] % 8:
+        raise ValueError(f"binary codes must be [N, bits] with bits a multiple of 8, got shape {codes.shape}")
+    return np.packbits(codes > 0, axis=1)
+
+
+class BinaryCodes(nn.Module):
+    """``images [B, 3, H, W] -> [B, bits]`` codes in ``{-1, +1}``: a model's hashing branch, as a model the one
+    extraction loop (:func:`extract_descriptors`) runs.
+
+    The model's head gives ``binary_codes(features)`` (SelaVPR++ built with ``hashing=True``), on the features of
+    the backbone's hashing side path (``backbone.forward_hashing``) where it has one, else on its features.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        head = getattr(model, "head", None)
+        if not callable(getattr(head, "binary_codes", None)) or not getattr(head, "bits", 0):
+            raise ConfigError(f"a binary first stage (evaluation.index=BFlat) searches the model's binary codes, which "
+                              f"{type(head if head is not None else model).__name__} does not give (SelaVPR++ built with "
+                              "hashing=True does: the *.official_rerank weights); evaluate this model with a float index "
+                              "(evaluation.index=Flat)")
+        self.model = model
+        self.bits = int(head.bits)
+        self.train(model.training)
+
+    def features(self, images: torch.Tensor) -> Features:
+        backbone = self.model.backbone
+        hashing = getattr(backbone, "forward_hashing", None)
+        return hashing(images) if callable(hashing) else backbone(images)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.model.head.binary_codes(self.features(images))
+
+
 # -- search ----------------------------------------------------------------------------------------
 
 
@@ -198,6 +256,8 @@ class TwoStageIndex:
       an ``np.memmap`` of a float16/float32 ``.npy`` file, read row by row for the shortlists only.
       ``first`` may then also be a type FAISS builds for L2 only (binary codes: ``"ITQ256,LSHt"``,
       ``"LSHrt"``; ``"HNSW32_PQ64"``): on L2-normalised descriptors it shortlists as inner product would.
+    - a FAISS *binary* index as ``first`` (:attr:`binary`): it holds a model's packed database codes and is
+      searched with the queries' codes (``first_queries``); ``vectors`` are the float descriptors re-scored.
     """
 
     def __init__(self, first: Any, shortlist: int, vectors: np.ndarray | None = None) -> None:
@@ -206,6 +266,11 @@ class TwoStageIndex:
         self.first = first
         self.shortlist = int(shortlist)
         self.vectors = vectors
+
+    @property
+    def binary(self) -> bool:
+        """The first stage is a binary (Hamming) index over a model's codes, searched with ``first_queries``."""
+        return isinstance(self.first, faiss.IndexBinary)
 
     @property
     def store(self) -> str:
@@ -218,18 +283,32 @@ class TwoStageIndex:
     def ram_bytes(self) -> int:
         """Bytes the index holds in RAM: codes, centroids, graph links and (``"ram"`` store) the float32
         copy; a memory-mapped store's pages are the OS's file cache, not counted."""
+        if self.binary:
+            return int(faiss.serialize_index_binary(self.first).nbytes)
         return int(faiss.serialize_index(self.first).nbytes)
 
-    def shortlists(self, queries: np.ndarray, k: int) -> np.ndarray:
-        """``[Q, max(M, k)]`` candidate ids of the first stage (``-1`` pads)."""
+    def _first_queries(self, first_queries: np.ndarray | None) -> np.ndarray:
+        if first_queries is None:
+            raise ValueError("this two-stage index shortlists by binary codes: pass the queries' packed codes as "
+                             "first_queries (pack_codes of BinaryCodes(model))")
+        return np.ascontiguousarray(first_queries, dtype=np.uint8)
+
+    def shortlists(self, queries: np.ndarray, k: int, first_queries: np.ndarray | None = None) -> np.ndarray:
+        """``[Q, max(M, k)]`` candidate ids of the first stage (``-1`` pads); a binary first stage searches
+        ``first_queries`` (the queries' packed codes)."""
         m = min(max(self.shortlist, k), self.ntotal)
+        if self.binary:
+            return self.first.search(self._first_queries(first_queries), m)[1]
         first = faiss.downcast_index(self.first)
         base = first.base_index if isinstance(first, faiss.IndexRefine) else self.first
         return base.search(_as_float32(queries), m)[1]
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int,
+               first_queries: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         queries = _as_float32(queries)
         m = min(max(self.shortlist, k), self.ntotal)
+        if self.binary:
+            return _rescore(self.vectors, queries, self.first.search(self._first_queries(first_queries), m)[1], k)
         if self.vectors is None:
             params = faiss.IndexRefineSearchParameters()
             params.k_factor = (m + 0.5) / k  # FAISS truncates k * k_factor: exactly m candidates
@@ -291,13 +370,15 @@ def build_index(
     seed: int = 0,
     refine: int | None = None,
     refine_store: str = "ram",
+    codes: np.ndarray | None = None,
 ) -> Any:
     """A FAISS inner-product index holding ``database`` (trained first when the type needs it).
 
     Args mean what they mean in :func:`search`. Build once and pass the result as ``index=`` to
     :func:`search` to query it several times. Index types without a GPU version (HNSW, flat SQ)
     stay on the CPU even when ``use_gpu`` asks for the GPU; two-stage indexes (``refine``) always do.
-    With ``refine`` the result is a :class:`TwoStageIndex`.
+    With ``refine`` the result is a :class:`TwoStageIndex`; with ``codes`` (the database's packed binary
+    codes, :func:`pack_codes`) and a binary ``index`` its first stage is that binary index over them.
     """
     if faiss is None:
         raise ImportError("build_index needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
@@ -306,6 +387,8 @@ def build_index(
     if refine is not None and refine < 1:
         raise ValueError(f"refine (the shortlist size M) must be >= 1, got {refine}")
     database = np.asarray(database) if not isinstance(database, np.memmap) else database
+    if is_binary_index(index) or codes is not None:
+        return _binary_two_stage(database, codes, index, refine, search_params, train_size, seed)
     try:
         base = faiss.index_factory(database.shape[1], index, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
@@ -351,6 +434,38 @@ def build_index(
     if refine is not None:
         return TwoStageIndex(built, refine, vectors=database if refine_store == "disk" else None)
     return built
+
+
+def _binary_two_stage(database: np.ndarray, codes: np.ndarray | None, index: str, refine: int | None,
+                      search_params: str | None, train_size: int | None, seed: int) -> TwoStageIndex:
+    """A :class:`TwoStageIndex` whose first stage is the binary index ``index`` over ``codes``."""
+    if not is_binary_index(index):
+        raise ValueError(f"binary codes are searched by a FAISS binary index (BFlat, BHNSW32, BIVF...), not {index!r}")
+    if codes is None:
+        raise ValueError(f"index {index!r} is a binary first stage: it needs the database's packed codes (codes=)")
+    if refine is None:
+        raise ConfigError(f"evaluation.index={index} is a binary first stage: give the shortlist its Hamming search "
+                          "returns for the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    if codes.ndim != 2 or len(codes) != len(database):
+        raise ValueError(f"codes must be [N, bytes] for the {len(database)} database rows, got shape {codes.shape}")
+    first = faiss.index_binary_factory(8 * codes.shape[1], index)
+    if not first.is_trained:
+        rng = np.random.default_rng(seed)
+        n_train = len(codes) if train_size is None else min(train_size, len(codes))
+        first.train(codes[np.sort(rng.choice(len(codes), size=n_train, replace=False))])
+    first.add(codes)
+    if search_params:
+        for item in str(search_params).split(","):
+            name, _, value = item.partition("=")
+            target = faiss.downcast_IndexBinary(first)
+            if name.strip() == "efSearch" and hasattr(target, "hnsw"):
+                target.hnsw.efSearch = int(value)
+            elif name.strip() == "nprobe" and hasattr(target, "nprobe"):
+                target.nprobe = int(value)
+            else:
+                raise ValueError(f"search parameter {item!r} does not apply to the binary index {index!r}")
+    return TwoStageIndex(first, refine, vectors=database)
 
 
 _EXACT_INDEX_TYPES = {"IndexFlat", "IndexFlatIP", "GpuIndexFlat", "GpuIndexFlatIP"}
@@ -413,6 +528,7 @@ def search_with_scores(
     seed: int = 0,
     refine: int | None = None,
     refine_store: str = "ram",
+    codes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`search` that also returns the ``[Q, k]`` inner products of the results."""
     database, queries = np.asarray(database), np.asarray(queries)
@@ -420,19 +536,24 @@ def search_with_scores(
         raise ValueError(f"database [N, D] and queries [Q, D] must share D; got {database.shape} and {queries.shape}")
     if not 1 <= k <= len(database):
         raise ValueError(f"k must be in [1, {len(database)}] (the database size), got {k}")
-    exact = _is_exact(index) and (refine is None or not isinstance(index, str))
+    exact = _is_exact(index) and (refine is None or not isinstance(index, str)) and codes is None
     # A few extra candidates let ties straddling the k-th place be ordered by index.
     k_search = min(len(database), k + 8) if exact else k
     if faiss is not None:
         built = index if not isinstance(index, str) else build_index(
             database, index=index, search_params=search_params, use_gpu=use_gpu, train_size=train_size, seed=seed,
-            refine=refine, refine_store=refine_store)
+            refine=refine, refine_store=refine_store, codes=None if codes is None else codes[0])
         if built.ntotal != len(database):
             raise ValueError(f"the prebuilt index holds {built.ntotal} vectors, the database {len(database)}")
-        scores, ids = built.search(_as_float32(queries), k_search)
+        if isinstance(built, TwoStageIndex) and built.binary:
+            scores, ids = built.search(queries, k_search, first_queries=None if codes is None else codes[1])
+        else:
+            scores, ids = built.search(_as_float32(queries), k_search)
         ids = ids.astype(np.int64, copy=False)
     elif exact:
         scores, ids = _torch_search(database, queries, k_search)
+    elif codes is not None or is_binary_index(index):
+        raise ImportError(f"the binary first stage {index!r} needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
     else:
         raise ImportError(f"index {index!r} needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
     return _order_ties_by_index(scores, ids, k, database, queries, exact)
@@ -450,6 +571,7 @@ def search(
     seed: int = 0,
     refine: int | None = None,
     refine_store: str = "ram",
+    codes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Top-``k`` database rows for each query by inner product, best first.
 
@@ -471,6 +593,9 @@ def search(
         refine_store: where the second stage reads full-precision vectors: ``"ram"`` (FAISS's
             ``IndexRefineFlat``, a float32 copy) or ``"disk"`` (``database`` itself, e.g. an
             ``np.memmap`` from :func:`extract_descriptors` with ``out_path``: RAM holds only the codes).
+        codes: ``(database codes, query codes)``, packed (:func:`pack_codes`), for a binary first stage:
+            ``index`` a FAISS binary index (``"BFlat"``), whose Hamming top-``refine`` is re-scored against
+            ``database`` (required then).
 
     Returns:
         ``[Q, k]`` ``int64`` database indices, most similar first; equal similarities in index order
@@ -480,7 +605,7 @@ def search(
     """
     return search_with_scores(
         database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu,
-        train_size=train_size, seed=seed, refine=refine, refine_store=refine_store,
+        train_size=train_size, seed=seed, refine=refine, refine_store=refine_store, codes=codes,
     )[1]
 
 
@@ -626,6 +751,9 @@ def evaluate_retrieval(
         refine, refine_store: two-stage search (see :func:`search`). With ``refine_store="disk"`` the
             database descriptors are written to a memory-mapped ``<name>_database.npy`` (in ``dtype``) under
             ``store_dir`` (default a temporary folder, removed afterwards) and never held in RAM whole.
+        index: as in :func:`search`; a FAISS binary index (``"BFlat"``) shortlists by the Hamming distance of
+            the model's binary codes (:class:`BinaryCodes`, extracted in a second pass over both splits), and
+            ``refine`` (required) candidates are re-scored by the float descriptors (SelaVPR++: ``refine=100``).
         progress: tqdm bars over the extraction batches (``None``: only on a terminal).
         extractor: what extracts the descriptors, called as :func:`extract_descriptors` (the default), e.g.
             :class:`aggzoo.training.sharded_extraction.ShardedExtractor` (sharded across DDP ranks).
@@ -634,6 +762,10 @@ def evaluate_retrieval(
     ``autocast_dtype``) and :func:`search` (``index``, ``search_params``, ``use_gpu``) for the others.
     """
     batch_record = batch_dependence_record(model, batch_size, name=retrieval_set.name)
+    hashing = BinaryCodes(model) if is_binary_index(index) else None
+    if hashing is not None and refine is None:
+        raise ConfigError(f"evaluation.index={index} is a binary first stage: give the shortlist its Hamming search "
+                          "returns for the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
     start = time.perf_counter()
     extract = dict(batch_size=batch_size, num_workers=num_workers, device=device, dtype=dtype,
                    autocast_dtype=autocast_dtype, progress=progress)
@@ -648,13 +780,20 @@ def evaluate_retrieval(
                               desc=f"{retrieval_set.name} database", **extract)
         queries = extract_fn(model, retrieval_set.query_paths, transform,
                              desc=f"{retrieval_set.name} queries", **extract)
+        codes = None
+        if hashing is not None:  # the model's second descriptor: {-1, +1} codes, exact in int8, packed
+            binary = {**extract, "dtype": np.int8}
+            codes = tuple(pack_codes(extract_fn(hashing, paths, transform, desc=f"{retrieval_set.name} {split} codes",
+                                                **binary))
+                          for split, paths in (("database", retrieval_set.database_paths),
+                                               ("queries", retrieval_set.query_paths)))
         if whitening is not None:
             queries = whitening(queries)
             database = _map_rows(whitening, database, folder / f"{retrieval_set.name}_database_whitened.npy" if on_disk else None)
         extracted = time.perf_counter()
         k = min(max(max(ks), rerank.top_m if rerank is not None else 0), retrieval_set.num_database)
         predictions = search(database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu,
-                             refine=refine, refine_store=refine_store)
+                             refine=refine, refine_store=refine_store, codes=codes)
         if rerank is not None:
             predictions = rerank(database, queries, predictions,
                                  device=device if device is not None else _model_device(model))

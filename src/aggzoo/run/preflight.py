@@ -42,7 +42,7 @@ from torch import nn
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable, scan_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError, PreflightError, UserError
-from aggzoo.evaluation.retrieval import ks_beyond_database
+from aggzoo.evaluation.retrieval import is_binary_index, ks_beyond_database
 from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
@@ -354,7 +354,17 @@ def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) 
     # The disk store's first stage may be a type FAISS builds for L2 only (binary ITQ/LSH codes): the
     # search layer accepts it there (retrieval.build_index), so the probe must too.
     l2_ok = options.get("refine") is not None and options.get("refine_store") == "disk"
-    if faiss is not None and isinstance(index, str):
+    if faiss is not None and is_binary_index(index):
+        # A first stage over the model's binary codes (SelaVPR++): a binary factory string, and a shortlist.
+        try:
+            faiss.index_binary_factory(64, index)
+        except RuntimeError as err:
+            problems.append(f"evaluation.index={index} is not a FAISS binary index string ({_faiss_reason(err)}); "
+                            "e.g. evaluation.index=BFlat (exhaustive Hamming search)")
+        if options.get("refine") is None:
+            problems.append(f"evaluation.index={index} is a binary first stage: give the shortlist its Hamming search "
+                            "returns for the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
+    elif faiss is not None and isinstance(index, str):
         try:
             probe = faiss.index_factory(int(out_dim), index, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as err:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["MetricLoss"]
+__all__ = ["HashingLoss", "MetricLoss"]
 
 
 class MetricLoss(nn.Module):
@@ -39,3 +39,34 @@ class MetricLoss(nn.Module):
                     else labels[:0])
             self.last_mined_fraction = used.numel() / max(1, labels.numel())
             return self.loss(descriptors, labels, pairs)
+
+
+class HashingLoss(nn.Module):
+    """SelaVPR++'s objective for its hashing branch (Lu-Feng/SelaVPRplusplus ``train_rerank.py``, MIT;
+    re-implemented): ``loss(z [N, bits], b [N, bits], labels [N]) -> scalar``,
+
+        L = MS(b) + weight * mean_{(i, j) mined} (z_i . z_j - b_i . b_j / bits)^2
+
+    with ``z`` the unit-norm hashing embedding, ``b = sign(z)`` its codes (straight-through, so both terms train
+    ``z``), the pairs mined on ``b`` by ``miner`` (MultiSimilarityMiner, cosine: positive and negative pairs
+    together) and ``MS`` the metric loss on ``b`` with those pairs (MultiSimilarityLoss; its distance normalises
+    ``b`` to ``b / sqrt(bits)``). ``weight`` is upstream's 0.1. Without mined pairs the second term is 0 (upstream
+    would average an empty tensor).
+    """
+
+    def __init__(self, loss: nn.Module, miner: nn.Module, *, weight: float = 0.1) -> None:
+        super().__init__()
+        self.loss = loss
+        self.miner = miner
+        self.weight = weight
+
+    def forward(self, z: Tensor, b: Tensor, labels: Tensor) -> Tensor:
+        with torch.autocast(device_type=z.device.type, enabled=False):
+            z, b = z.float(), b.float()
+            anchors_pos, positives, anchors_neg, negatives = self.miner(b, labels)
+            metric = self.loss(b, labels, (anchors_pos, positives, anchors_neg, negatives))
+            left, right = torch.cat([anchors_pos, anchors_neg]), torch.cat([positives, negatives])
+            if left.numel() == 0:
+                return metric + 0.0 * z.sum()
+            gap = (z[left] * z[right]).sum(-1) - (b[left] * b[right]).sum(-1) / b.shape[1]
+            return metric + self.weight * gap.pow(2).mean()
