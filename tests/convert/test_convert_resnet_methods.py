@@ -1,4 +1,4 @@
-"""Official ResNet-based checkpoints (BoQ-R50, MixVPR, ConvAP, CosPlace, EigenPlaces, NetVLAD of the
+"""Official ResNet-based checkpoints (BoQ-R50, MixVPR, ConvAP, CosPlace, EigenPlaces, NetVLAD and GeM of the
 benchmark): a file with the upstream key names and shapes (torchvision's own ResNet names, the
 upstream wrappers' prefixes) loads strictly and every tensor lands where it belongs.
 
@@ -102,6 +102,17 @@ def test_netvlad_benchmark(tmp_path: Path) -> None:
                for k in upstream}
     assert_placed(model, upstream, mapping)
     assert model.out_dim == 65536
+
+
+def test_gem_benchmark(tmp_path: Path) -> None:
+    # resnet50conv4 + --aggregation gem --l2 before_pool: aggregation = Sequential(L2Norm, GeM, Flatten)
+    upstream = fill(prefixed("backbone.", torchvision_resnet(50, last_layer=3, sequential=True)) + [("aggregation.1.p", (1,))])
+    path = save({f"module.{k}": v for k, v in upstream.items()}, tmp_path / "best_model.pth")
+    model = aggzoo.create_model("gem_resnet50conv4.official", checkpoint_path=path)
+    mapping = {k: _sequential_to_timm(k, "backbone.") if k.startswith("backbone.") else "head.pool.p" for k in upstream}
+    assert_placed(model, upstream, mapping)
+    assert model.out_dim == 1024 and model.head.l2 == "before_pool"
+    assert model.pretrained_cfg.eval_metric == "l2"  # the benchmark's test.py searches with faiss.IndexFlatL2
 
 
 def test_a_conv5_checkpoint_is_not_silently_cut(tmp_path: Path) -> None:
