@@ -3,17 +3,26 @@ VPR-methods-evaluation search) beside the inner product, through every path of t
 and the model's protocol carrying it.
 
 Independent expectations: the brute-force numpy ranking by squared distance (float64, ties by index) of
-descriptors that are not unit-norm; a two-vector case where the two metrics disagree by construction.
+descriptors that are not unit-norm; a two-vector case where the two metrics disagree by construction;
+for CricaVPR's PCA (Lu-Feng/CricaVPR ``util.compute_pca``: sklearn ``PCA(4096)``, no whitening, no L2,
+``faiss.IndexFlatL2``), the projection computed from a numpy SVD of the centred training set.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
+from PIL import Image
 
+from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation import retrieval
-from aggzoo.evaluation.postprocess import SuperGlobalRerank
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks
+from aggzoo.evaluation.postprocess import WHITENING_KINDS, PCAWhitening, SuperGlobalRerank
 from aggzoo.evaluation.protocol import EvalProtocol
 from aggzoo.evaluation.retrieval import (
     REFINE_STORES,
@@ -75,7 +84,7 @@ def test_l2_ties_are_ordered_by_index() -> None:
 
 
 @pytest.mark.parametrize("store", REFINE_STORES)
-def test_two_stage_l2_search_rescores_by_l2(store: str, tmp_path) -> None:
+def test_two_stage_l2_search_rescores_by_l2(store: str, tmp_path: Path) -> None:
     db, queries = _data()
     path = tmp_path / "db.npy"
     np.save(path, db)
@@ -123,3 +132,65 @@ def test_the_protocol_carries_the_metric_of_the_weights() -> None:
     assert EvalProtocol.from_pretrained_cfg(PretrainedCfg()).metric == "ip"  # the default
     with pytest.raises(ConfigError, match="evaluation.metric"):
         protocol.overridden_by({"metric": "cos"})
+
+
+# -- CricaVPR's optional PCA: sklearn's plain projection (no whitening, no L2), searched by L2 ----------
+
+
+def test_project_pca_is_the_plain_projection_and_l2_search_ranks_as_upstream(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    scales = np.linspace(3.0, 0.2, 12)  # distinct variances: the kept subspace is well defined
+    offset = rng.standard_normal(12)
+    train, db, queries = ((rng.standard_normal((n, 12)) * scales + offset).astype(np.float32) for n in (300, 50, 9))
+    pca = PCAWhitening.fit(train, dim=5, **WHITENING_KINDS["project"])
+    # Independent: sklearn's PCA(5) is the SVD of the centred training set, transform = (x - mean) @ Vt[:5].T
+    mean = train.astype(np.float64).mean(axis=0)
+    vt = np.linalg.svd(train - mean, full_matrices=False)[2][:5]
+    ref_db, ref_q = (db - mean) @ vt.T, (queries - mean) @ vt.T
+    ours_db, ours_q = pca(db), pca(queries)
+    signs = np.sign((ours_db * ref_db).sum(axis=0))  # each axis' sign is a convention (svd_flip in sklearn)
+    np.testing.assert_allclose(ours_db, ref_db * signs, atol=1e-4)
+    np.testing.assert_allclose(ours_q, ref_q * signs, atol=1e-4)
+    assert np.abs(np.linalg.norm(ours_db, axis=1) - 1).min() > 1e-2  # no L2 after the projection
+    expected, _ = _brute_force_l2(ref_db, ref_q, 5)  # upstream: faiss.IndexFlatL2 on the projections
+    np.testing.assert_array_equal(search(ours_db, ours_q, 5, metric="l2"), expected)
+    assert (search(ours_db, ours_q, 5)[:, 0] != expected[:, 0]).any()  # inner product ranks them otherwise
+    loaded = PCAWhitening.load(pca.save(tmp_path / "pca.npz"))
+    assert loaded.l2 is False
+    np.testing.assert_array_equal(loaded(db), ours_db)
+    whitened = PCAWhitening.fit(train, dim=5)(db)  # the default kind: whitening + L2, as before
+    np.testing.assert_allclose(np.linalg.norm(whitened, axis=1), 1.0, atol=1e-5)
+
+
+class _MeanColour(torch.nn.Module):
+    """The mean colour, not normalised: its norm is the brightness."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3))
+
+
+def _to_tensor(image: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32) / 255.0)
+
+
+def test_evaluate_benchmarks_searches_and_fits_the_pca_the_protocol_states(tmp_path: Path) -> None:
+    # Each query is a database colour; a brighter decoy of the same hue follows each colour in the
+    # database: inner product prefers the decoy, L2 the colour itself.
+    rng = np.random.default_rng(4)
+    colours = rng.integers(40, 120, size=(12, 3))
+    paths: dict[str, list[Path]] = {"db": [], "q": []}
+    for name, rows in (("db", [c for colour in colours for c in (colour, 2 * colour)]), ("q", colours)):
+        (tmp_path / name).mkdir()
+        for i, c in enumerate(rows):
+            Image.new("RGB", (4, 4), tuple(int(v) for v in c)).save(tmp_path / name / f"{i:03d}.png")
+            paths[name].append(tmp_path / name / f"{i:03d}.png")
+    rs = RetrievalSet("colours", tuple(paths["db"]), tuple(paths["q"]), tuple(np.array([2 * i]) for i in range(12)))
+    ip = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, ks=(1,), pictures=False)[0]
+    l2 = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, ks=(1,), pictures=False, metric="l2",
+                             output_dir=tmp_path / "out", whitening_fit=paths["db"], whitening_dim=2,
+                             whitening_kind="project")[0]
+    assert ip.recalls[1] == 0.0 and l2.recalls[1] == 1.0
+    settings = json.loads((tmp_path / "out" / "results.json").read_text())["meta"]["settings"]
+    assert (settings["metric"], settings["whitening_dim"], settings["whitening_l2"]) == ("l2", 2, False)
+    with pytest.raises(ConfigError, match="whitening_kind='sklearn'"):
+        evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, whitening_fit=paths["db"], whitening_kind="sklearn")
