@@ -154,17 +154,16 @@ def test_registered_tag_loads_its_weights_and_its_protocol(tmp_path: Path) -> No
 @pytest.mark.usefixtures("offline")
 def test_weights_whose_cfg_states_the_l2_metric_are_searched_by_l2(tmp_path: Path) -> None:
     """GeM with l2=before_pool (not unit-norm, the dVGL benchmark's variant) saved with a cfg stating
-    eval_metric="l2": ``model=<folder>`` searches by L2 distance, ``evaluation.metric=ip`` overrides it."""
+    eval_metric="l2": ``model=<folder>`` searches by L2 distance (the override: test_search_metric)."""
     cfg = compose_run_config("eval", ["backbone=test_resnet", "+head.l2=before_pool"], tmp_path / "compose")
     torch.manual_seed(1)
     model = build_model(model_spec(cfg)).eval()
     saved = aggzoo.save_pretrained(model, tmp_path / "saved", pretrained_cfg=replace(CFG, eval_metric="l2"))
     transform = protocol_transform((34, 40), multiple=size_multiple(model), mean=CFG.mean, std=CFG.std,
                                    interpolation="bilinear")
-    for metric, overrides in (("l2", []), ("ip", ["evaluation.metric=ip"])):
-        results, written = _evaluate([f"model={saved}", *overrides], tmp_path / metric)
-        np.testing.assert_array_equal(results[0].predictions, _direct(model, transform, metric).predictions)
-        assert written["meta"]["protocol"]["metric"] == written["meta"]["settings"]["metric"] == metric
+    results, written = _evaluate([f"model={saved}"], tmp_path / "out")
+    np.testing.assert_array_equal(results[0].predictions, _direct(model, transform, "l2").predictions)
+    assert written["meta"]["protocol"]["metric"] == written["meta"]["settings"]["metric"] == "l2"
 
 
 @pytest.mark.usefixtures("offline")
