@@ -1,4 +1,4 @@
-"""Official ResNet-based checkpoints (BoQ-R50, MixVPR, ConvAP, CosPlace, EigenPlaces, NetVLAD of the
+"""Official ResNet-based checkpoints (BoQ-R50, MixVPR, ConvAP, CosPlace, EigenPlaces, NetVLAD and GeM of the
 benchmark): a file with the upstream key names and shapes (torchvision's own ResNet names, the
 upstream wrappers' prefixes) loads strictly and every tensor lands where it belongs.
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from official_layouts import assert_placed, fill, multihead_attention, prefixed, save, torchvision_resnet
 
 import aggzoo
@@ -102,6 +103,25 @@ def test_netvlad_benchmark(tmp_path: Path) -> None:
                for k in upstream}
     assert_placed(model, upstream, mapping)
     assert model.out_dim == 65536
+
+
+def test_gem_benchmark() -> None:
+    """resnet50conv4 + --aggregation gem --l2 before_pool: aggregation = Sequential(L2Norm, GeM, Flatten).
+    The backbone rules are NetVLAD's (loaded for real above), so the layout is checked on the meta device:
+    the converted keys and shapes are exactly the model's."""
+    from aggzoo.hub.factory import get_pretrained_cfg
+    from aggzoo.zoo.gem import convert_gem_benchmark
+
+    upstream = prefixed("backbone.", torchvision_resnet(50, last_layer=3, sequential=True)) + [("aggregation.1.p", (1,))]
+    with torch.device("meta"):
+        model = aggzoo.create_model("gem_resnet50conv4")
+        converted = convert_gem_benchmark({k: torch.empty(shape) for k, shape in upstream}, model)
+    expected = {_sequential_to_timm(k, "backbone.") if k.startswith("backbone.") else "head.pool.p": tuple(shape)
+                for k, shape in upstream}
+    assert {k: tuple(v.shape) for k, v in converted.items()} == expected
+    assert expected == {k: tuple(v.shape) for k, v in model.state_dict().items()}  # strict: nothing missing or extra
+    assert model.out_dim == 1024 and model.head.l2 == "before_pool"
+    assert get_pretrained_cfg("gem_resnet50conv4.official").eval_metric == "l2"  # dVGL's test.py: faiss.IndexFlatL2
 
 
 def test_a_conv5_checkpoint_is_not_silently_cut(tmp_path: Path) -> None:

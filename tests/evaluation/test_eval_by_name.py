@@ -10,6 +10,7 @@ evaluation equals ``evaluate_retrieval`` run directly with the transform the pro
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,11 +83,11 @@ def _evaluate(overrides: list[str], out: Path) -> tuple[list, dict]:
     return results, json.loads((out / "results.json").read_text())
 
 
-def _direct(model: torch.nn.Module, transform) -> object:
+def _direct(model: torch.nn.Module, transform, metric: str = "ip") -> object:
     """evaluate_retrieval with the transform given, on the same benchmark: the independent side."""
     cfg = compose_run_config("eval", BASE, Path("unused"))
     retrieval_set = load_benchmark(cfg.benchmark.synthetic_test)
-    return evaluate_retrieval(model, retrieval_set, transform, ks=(1, 5, 10, 20))
+    return evaluate_retrieval(model, retrieval_set, transform, ks=(1, 5, 10, 20), metric=metric)
 
 
 @pytest.mark.usefixtures("offline")
@@ -148,6 +149,21 @@ def test_registered_tag_loads_its_weights_and_its_protocol(tmp_path: Path) -> No
     assert by_ckpt_path.tag == "synthetic"
     for key, value in model.state_dict().items():
         torch.testing.assert_close(by_ckpt_path.model.state_dict()[key], value, rtol=0, atol=0)
+
+
+@pytest.mark.usefixtures("offline")
+def test_weights_whose_cfg_states_the_l2_metric_are_searched_by_l2(tmp_path: Path) -> None:
+    """GeM with l2=before_pool (not unit-norm, the dVGL benchmark's variant) saved with a cfg stating
+    eval_metric="l2": ``model=<folder>`` searches by L2 distance (the override: test_search_metric)."""
+    cfg = compose_run_config("eval", ["backbone=test_resnet", "+head.l2=before_pool"], tmp_path / "compose")
+    torch.manual_seed(1)
+    model = build_model(model_spec(cfg)).eval()
+    saved = aggzoo.save_pretrained(model, tmp_path / "saved", pretrained_cfg=replace(CFG, eval_metric="l2"))
+    transform = protocol_transform((34, 40), multiple=size_multiple(model), mean=CFG.mean, std=CFG.std,
+                                   interpolation="bilinear")
+    results, written = _evaluate([f"model={saved}"], tmp_path / "out")
+    np.testing.assert_array_equal(results[0].predictions, _direct(model, transform, "l2").predictions)
+    assert written["meta"]["protocol"]["metric"] == written["meta"]["settings"]["metric"] == "l2"
 
 
 @pytest.mark.usefixtures("offline")

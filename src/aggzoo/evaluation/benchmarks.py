@@ -24,7 +24,7 @@ from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.late_interaction import InstanceTokenRerank
 from aggzoo.evaluation.local_rerank import MutualNNRerank
-from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
+from aggzoo.evaluation.postprocess import WHITENING_KINDS, PCAWhitening, SuperGlobalRerank, check_whitening_kind
 from aggzoo.evaluation.report import (
     plot_recall_curves,
     plot_retrievals,
@@ -40,6 +40,7 @@ from aggzoo.evaluation.retrieval import (
     autocast_dtype_of,
     evaluate_retrieval,
     extract_descriptors,
+    rerank_metric_check,
 )
 from aggzoo.evaluation.submission import write_msls_submission
 from aggzoo.models.input_size import size_multiple
@@ -83,7 +84,7 @@ def _fit_paths(source: Any) -> list[Path]:
 
 def fit_whitening(
     model: nn.Module, source: Any, transform: Any, *, dim: int | None = None, max_images: int | None = 20000,
-    seed: int = 0, **extract: Any,
+    seed: int = 0, kind: str = "whiten", **extract: Any,
 ) -> PCAWhitening:
     """Fit :class:`PCAWhitening` on descriptors of training images.
 
@@ -91,14 +92,16 @@ def fit_whitening(
         source: a folder of images, a list of image paths, or a benchmark node / :class:`RetrievalSet`
             (its database and query images) — a *training* set, not the one evaluated.
         max_images: sample at most this many images (with ``seed``).
+        kind: ``"whiten"`` (PCA-whitening + L2) or ``"project"`` (plain PCA, no L2; :data:`WHITENING_KINDS`).
         extract: passed to :func:`extract_descriptors` (``batch_size``, ``num_workers``, ``device``...).
     """
+    check_whitening_kind(kind)
     paths = _fit_paths(source)
     if max_images is not None and len(paths) > max_images:
         keep = np.sort(np.random.default_rng(seed).choice(len(paths), max_images, replace=False))
         paths = [paths[i] for i in keep]
     descriptors = extract_descriptors(model, paths, transform, **extract)
-    return PCAWhitening.fit(descriptors, dim)
+    return PCAWhitening.fit(descriptors, dim, **WHITENING_KINDS[kind])
 
 
 def test_time_model(
@@ -159,6 +162,8 @@ def evaluate_benchmarks(
     whitening: PCAWhitening | str | Path | None = None,
     whitening_fit: Any = None,
     whitening_dim: int | None = None,
+    whitening_kind: str = "whiten",
+    metric: str = "ip",
     rerank: SuperGlobalRerank | InstanceTokenRerank | Mapping[str, Any] | str | bool | None = None,
     rerank_k: int | None = None,
     tokens: int = 16,
@@ -194,7 +199,9 @@ def evaluate_benchmarks(
             :func:`aggzoo.evaluation.retrieval.evaluate_retrieval`.
         progress: tqdm bars over the extraction (``None``: only when stderr is a terminal).
         whitening: a fitted :class:`PCAWhitening` or the ``.npz`` it was saved to; or fit one here on
-            ``whitening_fit`` (folder / paths / benchmark node of *training* images) to ``whitening_dim``.
+            ``whitening_fit`` (folder / paths / benchmark node of *training* images) to ``whitening_dim``,
+            of ``whitening_kind`` (:func:`fit_whitening`; a loaded file keeps the kind it was fitted with).
+        metric: ``"ip"`` | ``"l2"``, the search metric (:func:`aggzoo.evaluation.retrieval.search`).
         rerank: ``True`` (or ``"superglobal"``) for SuperGlobal's defaults, a mapping of
             :class:`SuperGlobalRerank` arguments, ``"instance_tokens"`` for late interaction of ``tokens``
             instance tokens per image (:class:`~aggzoo.evaluation.late_interaction.InstanceTokenRerank`;
@@ -227,14 +234,15 @@ def evaluate_benchmarks(
     extract = dict(batch_size=batch_size, num_workers=num_workers, device=device)
     eval_model = test_time_model(model, scales=scales, multiscale_reduce=multiscale_reduce,
                                  tlc_train_size=tlc_train_size)
+    reranker = _as_rerank(rerank, rerank_k, tokens)
+    rerank_metric_check(reranker, metric)  # before any extraction
     if isinstance(whitening, (str, Path)):
         whitening = PCAWhitening.load(whitening)
     if whitening is None and whitening_fit is not None:
-        whitening = fit_whitening(eval_model, whitening_fit, transform, dim=whitening_dim, **extract)
-        log.info("PCA-whitening fitted: %d -> %d dims", whitening.in_dim, whitening.out_dim)
+        whitening = fit_whitening(eval_model, whitening_fit, transform, dim=whitening_dim, kind=whitening_kind, **extract)
+        log.info("PCA (%s) fitted: %d -> %d dims", whitening_kind, whitening.in_dim, whitening.out_dim)
         if out_dir is not None:
             whitening.save(out_dir / "whitening.npz")
-    reranker = _as_rerank(rerank, rerank_k, tokens)
 
     results = []
     for name, node in items:
@@ -249,7 +257,7 @@ def evaluate_benchmarks(
             autocast_dtype=autocast_dtype, index=index, search_params=search_params, use_gpu=use_gpu,
             refine=refine, refine_store=refine_store, store_dir=store_dir, progress=progress,
             whitening=whitening, rerank=set_rerank, keep_descriptors=save_descriptors, extractor=extractor,
-            **extract,
+            metric=metric, **extract,
         )
         record_published(result, published_figures(published or {}, (name, result.name)))
         if set_rerank is not reranker:
@@ -271,7 +279,9 @@ def evaluate_benchmarks(
         settings = {"index": index, "search_params": search_params, "descriptor_dtype": descriptor_dtype,
                     "precision": next((k for k, v in PRECISIONS.items() if v == autocast_dtype), str(autocast_dtype)),
                     "refine": refine, "refine_store": refine_store if refine is not None else None,
+                    "metric": metric,
                     "whitening_dim": whitening.out_dim if whitening is not None else None,
+                    "whitening_l2": whitening.l2 if whitening is not None else None,
                     "rerank": vars(reranker) if reranker is not None else None, "scales": list(scales),
                     "multiscale_reduce": multiscale_reduce,
                     "tlc_train_size": None if tlc_train_size is None else np.atleast_1d(tlc_train_size).tolist()}

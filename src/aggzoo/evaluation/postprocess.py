@@ -5,6 +5,13 @@ fit on descriptors of a *training* set (never the benchmark), ``y = L2(diag(lamb
 with ``U_d`` the top-``d`` eigenvectors of the covariance. It reduces the dimension and spreads the variance
 that a few directions hog.
 
+:data:`WHITENING_KINDS`: ``"whiten"`` is that (the default); ``"project"`` is the plain PCA projection
+``y = U_d^T (x - mu)`` with neither whitening nor a final L2 -- what sklearn's ``PCA(d).transform`` gives
+(``whiten=False``, its default), the ``--pca_dim`` of gmberton/deep-visual-geo-localization-benchmark and of
+Lu-Feng/CricaVPR (``util.compute_pca``: fit on the descriptors of at most 2^14 training images, e.g.
+``pitts30k/images/train``; ``test.py`` projects both sets and searches them with ``faiss.IndexFlatL2``). Its
+outputs are not unit-norm, so it is searched by L2 distance there (``evaluation.metric=l2``).
+
 SuperGlobal reranking (Shao et al., "Global Features are All You Need for Image Retrieval and Reranking",
 ICCV 2023, arXiv:2308.06954; ShihaoShao-GH/SuperGlobal ``modules/reranking/{MDescAug,RerankwMDA}.py``, MIT),
 re-implemented from its code's math. For a query ``q`` with global top-``M`` candidates ``x_1..x_M``:
@@ -28,22 +35,37 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["PCAWhitening", "SuperGlobalRerank"]
+from aggzoo.errors import ConfigError
+
+__all__ = ["PCAWhitening", "SuperGlobalRerank", "WHITENING_KINDS", "check_whitening_kind"]
+
+#: ``evaluation.whitening_kind`` -> the :meth:`PCAWhitening.fit` options it stands for
+WHITENING_KINDS = {"whiten": {"whiten": True, "l2": True}, "project": {"whiten": False, "l2": False}}
+
+
+def check_whitening_kind(kind: str) -> str:
+    """``kind`` if it is one of :data:`WHITENING_KINDS`, else one :class:`ConfigError`."""
+    if kind not in WHITENING_KINDS:
+        raise ConfigError(f"evaluation.whitening_kind={kind!r} is not one of {', '.join(WHITENING_KINDS)} (whiten: "
+                          "PCA-whitening + L2; project: the plain PCA projection, no L2, as sklearn's PCA)")
+    return kind
 
 
 @dataclass
 class PCAWhitening:
-    """A fitted PCA(-whitening): ``[N, D] -> [N, d]`` L2-normalised.
+    """A fitted PCA(-whitening): ``[N, D] -> [N, d]``, L2-normalised unless ``l2`` is false.
 
     Attributes:
         mean: ``[D]`` training mean ``mu``.
         projection: ``[D, d]`` ``U_d diag(lambda_d + eps)^(-1/2)`` (or ``U_d`` without whitening).
         eigenvalues: ``[d]`` variances along the kept directions.
+        l2: L2-normalise the outputs (false: the projection as it is, sklearn's ``PCA.transform``).
     """
 
     mean: np.ndarray
     projection: np.ndarray
     eigenvalues: np.ndarray
+    l2: bool = True
 
     @property
     def in_dim(self) -> int:
@@ -56,14 +78,16 @@ class PCAWhitening:
     @classmethod
     def fit(
         cls, descriptors: np.ndarray, dim: int | None = None, *, whiten: bool = True, eps: float = 1e-6,
-        chunk: int = 16384,
+        l2: bool = True, chunk: int = 16384,
     ) -> PCAWhitening:
         """Fit on ``[N, D]`` training descriptors.
 
         Args:
             dim: kept dimensions ``d`` (default ``min(N - 1, D)``, the non-degenerate ones).
+            whiten: scale each direction by ``(lambda + eps)^(-1/2)``; false: the plain projection.
             eps: regulariser added to each eigenvalue, relative to the largest one (keeps
                 near-null directions from blowing up).
+            l2: L2-normalise the outputs.
         """
         x = np.asarray(descriptors)
         n, d_in = x.shape
@@ -86,30 +110,33 @@ class PCAWhitening:
         eigenvectors *= np.where(signs == 0, 1.0, signs)
         scale = 1.0 / np.sqrt(eigenvalues + eps * eigenvalues[0]) if whiten else np.ones(dim)
         return cls(mean=mean.astype(np.float32), projection=(eigenvectors * scale).astype(np.float32),
-                   eigenvalues=eigenvalues.astype(np.float32))
+                   eigenvalues=eigenvalues.astype(np.float32), l2=bool(l2))
 
     def __call__(self, descriptors: np.ndarray, *, chunk: int = 65536) -> np.ndarray:
-        """``[N, D] -> [N, d]``, rows L2-normalised, in blocks (float16 input stays float16 outside one block)."""
+        """``[N, D] -> [N, d]``, rows L2-normalised (if :attr:`l2`), in blocks (float16 input stays float16
+        outside one block)."""
         x = np.asarray(descriptors)
         if x.ndim != 2 or x.shape[1] != self.in_dim:
             raise ValueError(f"PCA-whitening fitted on {self.in_dim}-D descriptors, got shape {x.shape}")
         out = np.empty((len(x), self.out_dim), dtype=np.float32)
         for start in range(0, len(x), chunk):
             y = (x[start:start + chunk].astype(np.float32) - self.mean) @ self.projection
-            out[start:start + chunk] = y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12)
+            out[start:start + chunk] = y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), 1e-12) if self.l2 else y
         return out.astype(x.dtype if x.dtype == np.float16 else np.float32, copy=False)
 
     def save(self, path: str | Path) -> Path:
         """Write an ``.npz`` (arrays only, loadable without pickle)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(path, mean=self.mean, projection=self.projection, eigenvalues=self.eigenvalues)
+        np.savez(path, mean=self.mean, projection=self.projection, eigenvalues=self.eigenvalues, l2=np.bool_(self.l2))
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> PCAWhitening:
+        """Read a :meth:`save` file (one written before ``l2`` existed normalises, as they all did then)."""
         with np.load(path, allow_pickle=False) as data:
-            return cls(mean=data["mean"], projection=data["projection"], eigenvalues=data["eigenvalues"])
+            l2 = bool(data["l2"]) if "l2" in data.files else True
+            return cls(mean=data["mean"], projection=data["projection"], eigenvalues=data["eigenvalues"], l2=l2)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The evaluation protocol of a model: input size, resize rule, normalisation, descriptor size.
+"""The evaluation protocol of a model: input size, resize rule, normalisation, descriptor size, search metric.
 
 The published VPR protocols evaluate at sizes that are multiples of the backbone's patch size or
 stride (:mod:`aggzoo.models.input_size`): :func:`~aggzoo.models.input_size.snap_size` rounds a requested
@@ -10,7 +10,8 @@ short side (the aspect ratio kept), as ``--image_size 322`` of gmberton/VPR-meth
 
 :class:`EvalProtocol` is that choice for one model, filled from its
 :class:`~aggzoo.hub.cfg.PretrainedCfg` (``input_size``, ``eval_resize``, ``interpolation``, ``mean``,
-``std``, ``out_dim``: how its metrics were measured) with any field overridden by the caller.
+``std``, ``out_dim``, ``eval_metric``, ``eval_whitening_kind``: how its metrics were measured) with any
+field overridden by the caller.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from torch import Tensor
 
 from aggzoo.data.transforms import eval_transform
 from aggzoo.errors import ConfigError
+from aggzoo.evaluation.postprocess import check_whitening_kind
+from aggzoo.evaluation.retrieval import check_metric
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.models.input_size import snap_size
 
@@ -105,7 +108,8 @@ def _as_size(value: Any) -> Any:
 
 
 #: the fields of :class:`EvalProtocol` a caller may override (``eval.py evaluation.<field>=...``)
-PROTOCOL_FIELDS = ("image_size", "resize", "interpolation", "mean", "std", "descriptor_dim")
+PROTOCOL_FIELDS = ("image_size", "resize", "interpolation", "mean", "std", "descriptor_dim", "metric",
+                   "whitening_kind")
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,9 @@ class EvalProtocol:
         mean, std: normalisation of 0..1 RGB.
         descriptor_dim: the descriptor size the protocol states (checked against the model), or None.
         multiple: the model's side multiple (patch size or stride) the protocol resize snaps to.
+        metric: the search metric, ``"ip"`` (inner product) or ``"l2"`` (squared L2 distance).
+        whitening_kind: the PCA an ``evaluation.whitening_fit`` fits: ``"whiten"`` (PCA-whitening + L2)
+            or ``"project"`` (plain PCA projection, no L2, as sklearn's ``PCA``).
         source: where the fields come from, in words (the weights' cfg, the config, overrides).
     """
 
@@ -133,8 +140,12 @@ class EvalProtocol:
     multiple: int = 1
     source: str = ""
     overridden: tuple[str, ...] = field(default=())
+    metric: str = "ip"
+    whitening_kind: str = "whiten"
 
     def __post_init__(self) -> None:
+        check_metric(self.metric)
+        check_whitening_kind(self.whitening_kind)
         if self.resize not in RESIZE_RULES:
             raise ConfigError(f"evaluation.protocol_resize: the resize rule must be one of {RESIZE_RULES} "
                               f"(true = protocol, false = pipeline), got {self.resize!r}")
@@ -160,7 +171,8 @@ class EvalProtocol:
         """The protocol its weights were measured with (the cfg's input size, resize rule, normalisation)."""
         return cls(image_size=(int(cfg.input_size[1]), int(cfg.input_size[2])), resize=cfg.eval_resize,
                    interpolation=cfg.interpolation, mean=tuple(cfg.mean), std=tuple(cfg.std),
-                   descriptor_dim=cfg.out_dim, multiple=multiple, source=f"the pretrained cfg of {cfg.name}")
+                   descriptor_dim=cfg.out_dim, multiple=multiple, source=f"the pretrained cfg of {cfg.name}",
+                   metric=cfg.eval_metric, whitening_kind=cfg.eval_whitening_kind)
 
     def overridden_by(self, overrides: Mapping[str, Any]) -> EvalProtocol:
         """A copy with the non-``None`` ``overrides`` (keys of :data:`PROTOCOL_FIELDS`) applied."""
@@ -206,7 +218,8 @@ class EvalProtocol:
                 else "x".join(map(str, self.output_size(*self.image_size))))
         rule = f"PIL resize, sides snapped to {self.multiple}" if self.resize == "protocol" else "pipeline resize"
         return (f"{size}, {rule} ({self.interpolation}), mean {list(self.mean)}, std {list(self.std)}"
-                + (f", {self.descriptor_dim}-D" if self.descriptor_dim else ""))
+                + (f", {self.descriptor_dim}-D" if self.descriptor_dim else "")
+                + (", L2-distance search" if self.metric == "l2" else ""))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``results.json``'s ``meta.protocol``)."""

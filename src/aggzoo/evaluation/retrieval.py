@@ -5,6 +5,14 @@ BoQ): L2-normalised global descriptors, exhaustive inner-product (= cosine = L2 
 database for each query, and a query counts as correct at ``k`` when any of its first ``k`` results is a
 positive. Recall@k is over *all* queries; a query without any positive is a miss.
 
+The search metric (``metric``, :data:`METRICS`): ``"ip"`` (inner product, the default) or ``"l2"``
+(squared Euclidean distance, smallest first: FAISS's ``IndexFlatL2``, what gmberton/VPR-methods-evaluation
+and gmberton/deep-visual-geo-localization-benchmark search with). On unit-norm descriptors the two rank
+alike; on descriptors that are not unit-norm (the benchmark's GeM with ``l2=before_pool``, a PCA
+projection without a final L2) they differ, and the model's protocol says which one its figures used.
+Every index type of :func:`build_index` (exact, approximate, both two-stage stores, the GPU copy) is
+built for the metric asked; the torch fallback computes either.
+
 Ties in the similarity are broken by the lower database index, so the flat FAISS index (CPU or GPU) and
 the torch fallback return the same ranking.
 
@@ -52,6 +60,7 @@ except ImportError:  # pragma: no cover - exercised only where faiss is not inst
 
 __all__ = [
     "BinaryCodes",
+    "METRICS",
     "PRECISIONS",
     "REFINE_STORES",
     "RetrievalResult",
@@ -70,17 +79,40 @@ __all__ = [
     "is_binary_index",
     "pack_codes",
     "autocast_dtype_of",
+    "check_metric",
+    "rerank_metric_check",
 ]
 
 DEFAULT_KS = (1, 5, 10, 20)
 #: Where the second stage of a two-stage search reads the full-precision descriptors.
 REFINE_STORES = ("ram", "disk")
+#: ``evaluation.metric``: inner product (higher first) or squared L2 distance (smaller first).
+METRICS = ("ip", "l2")
 #: ``evaluation.precision``: the dtype the model runs in under autocast during extraction (None: fp32).
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def faiss_available() -> bool:
     return faiss is not None
+
+
+def check_metric(metric: str) -> str:
+    """``metric`` if it is one of :data:`METRICS`, else one :class:`ConfigError`."""
+    if metric not in METRICS:
+        raise ConfigError(f"evaluation.metric={metric!r} is not a search metric; use ip (inner product, the "
+                          "default) or l2 (squared Euclidean distance, as faiss.IndexFlatL2)")
+    return metric
+
+
+def _faiss_metric(metric: str) -> int:
+    return faiss.METRIC_L2 if check_metric(metric) == "l2" else faiss.METRIC_INNER_PRODUCT
+
+
+def _metric_of(index: Any) -> str:
+    """The metric a built index (FAISS or :class:`TwoStageIndex`) ranks by."""
+    if isinstance(index, TwoStageIndex):
+        return index.metric
+    return "l2" if index.metric_type == faiss.METRIC_L2 else "ip"
 
 
 # -- extraction ------------------------------------------------------------------------------------
@@ -258,14 +290,18 @@ class TwoStageIndex:
       ``"LSHrt"``; ``"HNSW32_PQ64"``): on L2-normalised descriptors it shortlists as inner product would.
     - a FAISS *binary* index as ``first`` (:attr:`binary`): it holds a model's packed database codes and is
       searched with the queries' codes (``first_queries``); ``vectors`` are the float descriptors re-scored.
+
+    ``metric`` is what the second stage scores by (``"ip"``: inner products, best first; ``"l2"``: squared
+    distances, smallest first), as FAISS's own indexes return them.
     """
 
-    def __init__(self, first: Any, shortlist: int, vectors: np.ndarray | None = None) -> None:
+    def __init__(self, first: Any, shortlist: int, vectors: np.ndarray | None = None, metric: str = "ip") -> None:
         if shortlist < 1:
             raise ValueError(f"refine (the shortlist size M) must be >= 1, got {shortlist}")
         self.first = first
         self.shortlist = int(shortlist)
         self.vectors = vectors
+        self.metric = check_metric(metric)
 
     @property
     def binary(self) -> bool:
@@ -308,18 +344,22 @@ class TwoStageIndex:
         queries = _as_float32(queries)
         m = min(max(self.shortlist, k), self.ntotal)
         if self.binary:
-            return _rescore(self.vectors, queries, self.first.search(self._first_queries(first_queries), m)[1], k)
-        if self.vectors is None:
+            candidates = self.first.search(self._first_queries(first_queries), m)[1]
+        elif self.vectors is None:
             params = faiss.IndexRefineSearchParameters()
             params.k_factor = (m + 0.5) / k  # FAISS truncates k * k_factor: exactly m candidates
             return self.first.search(queries, k, params=params)
-        return _rescore(self.vectors, queries, self.first.search(queries, m)[1], k)
+        else:
+            candidates = self.first.search(queries, m)[1]
+        scores, ids = _rescore(self.vectors, queries, candidates, k, metric=self.metric)
+        return (-scores if self.metric == "l2" else scores), ids
 
 
-def _rescore(vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int,
+def _rescore(vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int, *, metric: str = "ip",
              chunk_bytes: int = 64 << 20) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner products of each query with its ``[Q, M]`` candidates' rows of ``vectors``, best ``k``
-    first (ties by index); ``-1`` candidates score -inf.
+    """Exact inner products (``metric="l2"``: negated squared L2 distances, so that higher is better in
+    both) of each query with its ``[Q, M]`` candidates' rows of ``vectors``, best ``k`` first (ties by
+    index); ``-1`` candidates score -inf.
 
     Per chunk of queries, the distinct candidate rows are read in one gather in file order (sorted
     indices: a memory-mapped store is read forwards, each row once even when several queries share it)
@@ -339,8 +379,10 @@ def _rescore(vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k
         local = np.ascontiguousarray(inverse.reshape(ids.shape), dtype=np.int64)  # [q, M] rows of block
         q = _as_float32(queries[part])
         scores = np.empty(ids.shape, dtype=np.float32)
-        faiss.fvec_inner_products_by_idx(faiss.swig_ptr(scores), faiss.swig_ptr(q), faiss.swig_ptr(block),
-                                         faiss.swig_ptr(local), dim, len(q), m)
+        by_idx = faiss.fvec_L2sqr_by_idx if metric == "l2" else faiss.fvec_inner_products_by_idx
+        by_idx(faiss.swig_ptr(scores), faiss.swig_ptr(q), faiss.swig_ptr(block), faiss.swig_ptr(local), dim, len(q), m)
+        if metric == "l2":
+            np.negative(scores, out=scores)
         scores[~valid] = -np.inf
         ids = np.where(valid, ids, np.iinfo(np.int64).max)
         order = np.lexsort((ids, -scores), axis=1)[:, :take]
@@ -371,8 +413,10 @@ def build_index(
     refine: int | None = None,
     refine_store: str = "ram",
     codes: np.ndarray | None = None,
+    metric: str = "ip",
 ) -> Any:
-    """A FAISS inner-product index holding ``database`` (trained first when the type needs it).
+    """A FAISS index holding ``database`` (trained first when the type needs it), built for ``metric``
+    (``"ip"``: inner product; ``"l2"``: squared L2 distance).
 
     Args mean what they mean in :func:`search`. Build once and pass the result as ``index=`` to
     :func:`search` to query it several times. Index types without a GPU version (HNSW, flat SQ)
@@ -382,26 +426,30 @@ def build_index(
     """
     if faiss is None:
         raise ImportError("build_index needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
+    wanted = _faiss_metric(metric)
     if refine is not None and refine_store not in REFINE_STORES:
         raise ValueError(f"refine_store must be one of {REFINE_STORES}, got {refine_store!r}")
     if refine is not None and refine < 1:
         raise ValueError(f"refine (the shortlist size M) must be >= 1, got {refine}")
     database = np.asarray(database) if not isinstance(database, np.memmap) else database
     if is_binary_index(index) or codes is not None:
-        return _binary_two_stage(database, codes, index, refine, search_params, train_size, seed)
+        return _binary_two_stage(database, codes, index, refine, search_params, train_size, seed, metric)
     try:
-        base = faiss.index_factory(database.shape[1], index, faiss.METRIC_INNER_PRODUCT)
+        base = faiss.index_factory(database.shape[1], index, wanted)
     except RuntimeError as error:
-        if "METRIC_L2" not in str(error):
+        if "METRIC_L2" not in str(error) or wanted == faiss.METRIC_L2:
             raise
         base = faiss.index_factory(database.shape[1], index, faiss.METRIC_L2)  # LSH: refused below or shortlists
-    if base.metric_type != faiss.METRIC_INNER_PRODUCT and not (refine is not None and refine_store == "disk"):
+    if base.metric_type != wanted and not (refine is not None and refine_store == "disk" and metric == "ip"):
         # Some types (binary LSH/ITQ codes, HNSW over PQ codes) silently build with L2: their scores would
         # rank backwards. As the first stage of a "disk" two-stage search they are fine: only their
         # shortlist is used (L2 ranks L2-normalised descriptors as inner product does) and aggzoo re-scores it.
+        if metric == "l2":  # no FAISS type is known to do this; refuse rather than rank by another metric
+            raise ValueError(f"FAISS builds {index!r} without the L2 metric asked (metric={base.metric_type})")
         raise ValueError(f"FAISS builds {index!r} with the L2 metric only, but aggzoo ranks by inner product; "
                          "pick a type that supports METRIC_INNER_PRODUCT (Flat, SQfp16, HNSW32, IVF...,PQ..., ...), "
-                         "or use it as the first stage of a two-stage search with refine_store='disk'")
+                         "use it as the first stage of a two-stage search with refine_store='disk', "
+                         "or search by L2 distance (metric='l2')")
     inner = faiss.downcast_index(base)
     if getattr(inner, "do_polysemous_training", False):
         # On by default for IVF-PQ, it re-orders PQ codes for Hamming filtering we never use and
@@ -432,12 +480,13 @@ def build_index(
         # On an IndexRefine, ParameterSpace passes nprobe / efSearch on to the first-stage index.
         (faiss.GpuParameterSpace() if on_gpu else faiss.ParameterSpace()).set_index_parameters(built, search_params)
     if refine is not None:
-        return TwoStageIndex(built, refine, vectors=database if refine_store == "disk" else None)
+        return TwoStageIndex(built, refine, vectors=database if refine_store == "disk" else None, metric=metric)
     return built
 
 
 def _binary_two_stage(database: np.ndarray, codes: np.ndarray | None, index: str, refine: int | None,
-                      search_params: str | None, train_size: int | None, seed: int) -> TwoStageIndex:
+                      search_params: str | None, train_size: int | None, seed: int,
+                      metric: str = "ip") -> TwoStageIndex:
     """A :class:`TwoStageIndex` whose first stage is the binary index ``index`` over ``codes``."""
     if not is_binary_index(index):
         raise ValueError(f"binary codes are searched by a FAISS binary index (BFlat, BHNSW32, BIVF...), not {index!r}")
@@ -465,10 +514,10 @@ def _binary_two_stage(database: np.ndarray, codes: np.ndarray | None, index: str
                 target.nprobe = int(value)
             else:
                 raise ValueError(f"search parameter {item!r} does not apply to the binary index {index!r}")
-    return TwoStageIndex(first, refine, vectors=database)
+    return TwoStageIndex(first, refine, vectors=database, metric=metric)
 
 
-_EXACT_INDEX_TYPES = {"IndexFlat", "IndexFlatIP", "GpuIndexFlat", "GpuIndexFlatIP"}
+_EXACT_INDEX_TYPES = {"IndexFlat", "IndexFlatIP", "IndexFlatL2", "GpuIndexFlat", "GpuIndexFlatIP", "GpuIndexFlatL2"}
 
 
 def _is_exact(index: Any) -> bool:
@@ -480,11 +529,16 @@ def _is_exact(index: Any) -> bool:
     return type(faiss.downcast_index(index)).__name__ in _EXACT_INDEX_TYPES
 
 
-def _torch_search(database: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _torch_search(database: np.ndarray, queries: np.ndarray, k: int, metric: str = "ip") -> tuple[np.ndarray, np.ndarray]:
+    """Scores higher-better (``metric="l2"``: negated squared distances)."""
     db = torch.from_numpy(_as_float32(database))
+    db_sq = (db * db).sum(1) if metric == "l2" else None
     all_scores, all_ids = [], []
     for part in _chunks(len(queries), 1024):
-        sims = torch.from_numpy(_as_float32(queries[part])) @ db.T
+        q = torch.from_numpy(_as_float32(queries[part]))
+        sims = q @ db.T
+        if db_sq is not None:
+            sims = 2 * sims - (q * q).sum(1, keepdim=True) - db_sq
         scores, ids = torch.topk(sims, k, dim=1)
         all_scores.append(scores.numpy())
         all_ids.append(ids.numpy())
@@ -493,8 +547,10 @@ def _torch_search(database: np.ndarray, queries: np.ndarray, k: int) -> tuple[np
 
 def _order_ties_by_index(
     scores: np.ndarray, ids: np.ndarray, k: int, database: np.ndarray, queries: np.ndarray, exact: bool,
+    metric: str = "ip",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the best ``k`` of ``k' >= k`` candidates, equal scores ordered by database index.
+    """Keep the best ``k`` of ``k' >= k`` candidates (``scores`` higher-better), equal scores ordered by
+    database index.
 
     For exact search, a query whose tie group may continue past the ``k'`` candidates (its last
     candidate scores the same as its ``k``-th) is re-ranked against the whole database.
@@ -507,8 +563,12 @@ def _order_ties_by_index(
     if exact and scores.shape[1] > k and scores.shape[1] < len(database):
         ragged = np.flatnonzero(scores[:, k - 1] == scores[:, -1])
         db32 = _as_float32(database) if ragged.size else None
+        db_sq = np.einsum("nd,nd->n", db32, db32) if ragged.size and metric == "l2" else None
         for q in ragged:
-            row = db32 @ _as_float32(queries[q])
+            query = _as_float32(queries[q])
+            row = db32 @ query
+            if db_sq is not None:  # negated squared distance, higher-better like the inner product
+                row = 2 * row - np.dot(query, query) - db_sq
             full = np.lexsort((np.arange(len(row)), -row))[:k]
             ids[q, :k], scores[q, :k] = full, row[full]
     ids = ids[:, :k].copy()
@@ -529,8 +589,12 @@ def search_with_scores(
     refine: int | None = None,
     refine_store: str = "ram",
     codes: tuple[np.ndarray, np.ndarray] | None = None,
+    metric: str = "ip",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`search` that also returns the ``[Q, k]`` inner products of the results."""
+    """:func:`search` that also returns the ``[Q, k]`` scores of the results: inner products
+    (``metric="ip"``, descending) or squared L2 distances (``metric="l2"``, ascending), as FAISS returns
+    them; ``-1`` pads score ``-inf`` (ip) or ``inf`` (l2)."""
+    check_metric(metric)
     database, queries = np.asarray(database), np.asarray(queries)
     if database.ndim != 2 or queries.ndim != 2 or database.shape[1] != queries.shape[1]:
         raise ValueError(f"database [N, D] and queries [Q, D] must share D; got {database.shape} and {queries.shape}")
@@ -542,21 +606,27 @@ def search_with_scores(
     if faiss is not None:
         built = index if not isinstance(index, str) else build_index(
             database, index=index, search_params=search_params, use_gpu=use_gpu, train_size=train_size, seed=seed,
-            refine=refine, refine_store=refine_store, codes=None if codes is None else codes[0])
+            refine=refine, refine_store=refine_store, codes=None if codes is None else codes[0], metric=metric)
         if built.ntotal != len(database):
             raise ValueError(f"the prebuilt index holds {built.ntotal} vectors, the database {len(database)}")
+        if _metric_of(built) != metric:
+            raise ValueError(f"the prebuilt index ranks by {_metric_of(built)}, the search asks metric={metric!r}; "
+                             f"build it with build_index(..., metric={metric!r})")
         if isinstance(built, TwoStageIndex) and built.binary:
             scores, ids = built.search(queries, k_search, first_queries=None if codes is None else codes[1])
         else:
             scores, ids = built.search(_as_float32(queries), k_search)
         ids = ids.astype(np.int64, copy=False)
+        if metric == "l2":
+            scores = -scores  # higher-better, as inner products, for the tie ordering
     elif exact:
-        scores, ids = _torch_search(database, queries, k_search)
+        scores, ids = _torch_search(database, queries, k_search, metric)
     elif codes is not None or is_binary_index(index):
         raise ImportError(f"the binary first stage {index!r} needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
     else:
         raise ImportError(f"index {index!r} needs faiss: pip install 'aggzoo[cpu]' (or [gpu])")
-    return _order_ties_by_index(scores, ids, k, database, queries, exact)
+    scores, ids = _order_ties_by_index(scores, ids, k, database, queries, exact, metric)
+    return (-scores if metric == "l2" else scores), ids
 
 
 def search(
@@ -572,8 +642,9 @@ def search(
     refine: int | None = None,
     refine_store: str = "ram",
     codes: tuple[np.ndarray, np.ndarray] | None = None,
+    metric: str = "ip",
 ) -> np.ndarray:
-    """Top-``k`` database rows for each query by inner product, best first.
+    """Top-``k`` database rows for each query by inner product (or L2 distance), best first.
 
     Args:
         database: ``[N, D]`` descriptors (float32 or float16), L2-normalised for cosine ranking.
@@ -596,6 +667,11 @@ def search(
         codes: ``(database codes, query codes)``, packed (:func:`pack_codes`), for a binary first stage:
             ``index`` a FAISS binary index (``"BFlat"``), whose Hamming top-``refine`` is re-scored against
             ``database`` (required then).
+        metric: ``"ip"`` (inner product, highest first) or ``"l2"`` (squared L2 distance, smallest first:
+            ``faiss.IndexFlatL2``, as gmberton/deep-visual-geo-localization-benchmark and
+            VPR-methods-evaluation search). They rank unit-norm descriptors alike, others not. Every
+            ``index`` and both refine stores are built for it; a prebuilt ``index`` must have been built
+            for it.
 
     Returns:
         ``[Q, k]`` ``int64`` database indices, most similar first; equal similarities in index order
@@ -605,7 +681,7 @@ def search(
     """
     return search_with_scores(
         database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu,
-        train_size=train_size, seed=seed, refine=refine, refine_store=refine_store, codes=codes,
+        train_size=train_size, seed=seed, refine=refine, refine_store=refine_store, codes=codes, metric=metric,
     )[1]
 
 
@@ -737,6 +813,7 @@ def evaluate_retrieval(
     store_dir: str | Path | None = None,
     progress: bool | None = None,
     extractor: Callable[..., np.ndarray] | None = None,
+    metric: str = "ip",
 ) -> RetrievalResult:
     """Extract database and query descriptors, search, and compute Recall@k.
 
@@ -757,10 +834,13 @@ def evaluate_retrieval(
         progress: tqdm bars over the extraction batches (``None``: only on a terminal).
         extractor: what extracts the descriptors, called as :func:`extract_descriptors` (the default), e.g.
             :class:`aggzoo.training.sharded_extraction.ShardedExtractor` (sharded across DDP ranks).
+        metric: the search metric (:func:`search`); SuperGlobal's re-ranking scores by inner products
+            and is refused with ``"l2"`` (:func:`rerank_metric_check`).
 
     See :func:`extract_descriptors` (``batch_size``, ``num_workers``, ``device``, ``dtype``,
     ``autocast_dtype``) and :func:`search` (``index``, ``search_params``, ``use_gpu``) for the others.
     """
+    rerank_metric_check(rerank, metric)
     batch_record = batch_dependence_record(model, batch_size, name=retrieval_set.name)
     hashing = BinaryCodes(model) if is_binary_index(index) else None
     if hashing is not None and refine is None:
@@ -793,7 +873,7 @@ def evaluate_retrieval(
         extracted = time.perf_counter()
         k = min(max(max(ks), rerank.top_m if rerank is not None else 0), retrieval_set.num_database)
         predictions = search(database, queries, k, index=index, search_params=search_params, use_gpu=use_gpu,
-                             refine=refine, refine_store=refine_store, codes=codes)
+                             refine=refine, refine_store=refine_store, codes=codes, metric=metric)
         if rerank is not None:
             predictions = rerank(database, queries, predictions,
                                  device=device if device is not None else _model_device(model))
@@ -809,6 +889,16 @@ def evaluate_retrieval(
         query_descriptors=queries if keep_descriptors else None,
         extras=batch_record,
     )
+
+
+def rerank_metric_check(rerank: Any, metric: str) -> None:
+    """Refuse a re-ranker that scores by inner products (SuperGlobal) after an L2 search: it would
+    re-order the L2 shortlist by another metric. Re-rankers that score something else (instance tokens,
+    local-feature matches) take any shortlist."""
+    if check_metric(metric) == "l2" and isinstance(rerank, SuperGlobalRerank):
+        raise ConfigError("evaluation.rerank=superglobal re-scores the shortlist by inner products of the global "
+                          "descriptors, but evaluation.metric=l2 ranks by L2 distance: set evaluation.metric=ip, or "
+                          "drop the re-ranking (evaluation.rerank=null)")
 
 
 def _map_rows(fn: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, out_path: Path | None,

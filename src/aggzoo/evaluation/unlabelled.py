@@ -112,7 +112,8 @@ class Predictions:
 
     Attributes:
         indices: ``[Q, k]`` database rows, best first (``-1``: fewer than ``k`` found).
-        scores: ``[Q, k]`` inner products of the descriptors (cosine for L2-normalised ones).
+        scores: ``[Q, k]`` inner products of the descriptors (cosine for L2-normalised ones), or with
+            ``metric == "l2"`` their squared L2 distances (smallest first).
         distances_m: ``[Q, k]`` metres between query and result from the file names, or None.
         coordinates: ``"utm"`` / ``"latlon"`` (what the names carry), or None.
     """
@@ -124,13 +125,14 @@ class Predictions:
     distances_m: np.ndarray | None = None
     coordinates: str | None = None
     descriptor_dim: int = 0
+    metric: str = "ip"
 
     def summary(self, radius_m: float = 25.0) -> dict[str, Any]:
         """Counts and, with coordinates, the median top-1 distance and the share of queries whose
         top-1 lies within ``radius_m`` (what Recall@1 would be with names as ground truth)."""
         out: dict[str, Any] = {"num_queries": len(self.query_paths), "num_database": len(self.database_paths),
                                "k": int(self.indices.shape[1]), "descriptor_dim": self.descriptor_dim,
-                               "coordinates": self.coordinates}
+                               "coordinates": self.coordinates, "metric": self.metric}
         if self.distances_m is not None:
             top1 = self.distances_m[:, 0]
             out["median_top1_distance_m"] = round(float(np.nanmedian(top1)), 2)
@@ -150,12 +152,13 @@ def predict(
     use_gpu: bool | None = None,
     refine: int | None = None,
     refine_store: str = "ram",
+    metric: str = "ip",
     **extract: Any,
 ) -> Predictions:
     """Extract both folders' descriptors and search: the top ``min(k, N_db)`` per query.
 
     ``extract``: :func:`~aggzoo.evaluation.retrieval.extract_descriptors` options (``batch_size``,
-    ``num_workers``, ``device``, ``progress``...); ``index`` ... ``refine_store``: see
+    ``num_workers``, ``device``, ``progress``...); ``index`` ... ``metric``: see
     :func:`~aggzoo.evaluation.retrieval.search`.
     """
     database_paths, query_paths = tuple(map(Path, database_paths)), tuple(map(Path, query_paths))
@@ -163,8 +166,8 @@ def predict(
     queries = extract_descriptors(model, query_paths, transform, desc="queries", **extract)
     scores, indices = search_with_scores(database, queries, min(k, len(database_paths)), index=index,
                                          search_params=search_params, use_gpu=use_gpu, refine=refine,
-                                         refine_store=refine_store)
-    out = Predictions(query_paths, database_paths, indices, scores, descriptor_dim=int(queries.shape[1]))
+                                         refine_store=refine_store, metric=metric)
+    out = Predictions(query_paths, database_paths, indices, scores, descriptor_dim=int(queries.shape[1]), metric=metric)
     db_coords, q_coords = coordinates_from_names(database_paths), coordinates_from_names(query_paths)
     if db_coords is not None and q_coords is not None and db_coords[0] == q_coords[0]:
         out.coordinates = db_coords[0]

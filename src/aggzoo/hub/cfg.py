@@ -69,6 +69,12 @@ class PretrainedCfg:
             the published protocols' PIL resize with antialiasing, sides snapped to the patch size or
             stride; ``"pipeline"`` -- aggzoo's own evaluation resize (:func:`aggzoo.data.transforms.eval_transform`),
             the one a ``train.py`` run measures its test metrics with (the shipped weights).
+        eval_metric: the search metric the metrics were measured with: ``"ip"`` (inner product) or ``"l2"``
+            (``faiss.IndexFlatL2``, as the gmberton/deep-visual-geo-localization-benchmark family does; it
+            ranks descriptors that are not unit-norm differently).
+        eval_whitening_kind: the PCA the metrics used when they were measured after a PCA (fitted by
+            ``evaluation.whitening_fit``): ``"whiten"`` (PCA-whitening + L2) or ``"project"`` (sklearn's plain
+            ``PCA.transform``, no L2; :mod:`aggzoo.evaluation.postprocess`).
 
     Provenance: out_dim (descriptor size), recipe (the experiment config or command that made
     it), license, paper (title + arXiv id), code (origin repository), metrics (``"<benchmark>/R@1"``
@@ -92,6 +98,8 @@ class PretrainedCfg:
     std: tuple[float, float, float] = IMAGENET_DEFAULT_STD
     interpolation: str = "bicubic"
     eval_resize: Literal["protocol", "pipeline"] = "protocol"
+    eval_metric: Literal["ip", "l2"] = "ip"
+    eval_whitening_kind: Literal["whiten", "project"] = "whiten"
     out_dim: int | None = None
     recipe: str | None = None
     license: str | None = None
@@ -107,6 +115,11 @@ class PretrainedCfg:
             raise ValueError(f"PretrainedCfg.contents must be 'full' or 'delta', got {self.contents!r}")
         if self.eval_resize not in ("protocol", "pipeline"):
             raise ValueError(f"PretrainedCfg.eval_resize must be 'protocol' or 'pipeline', got {self.eval_resize!r}")
+        if self.eval_metric not in ("ip", "l2"):
+            raise ValueError(f"PretrainedCfg.eval_metric must be 'ip' or 'l2', got {self.eval_metric!r}")
+        if self.eval_whitening_kind not in ("whiten", "project"):
+            raise ValueError(f"PretrainedCfg.eval_whitening_kind must be 'whiten' or 'project', "
+                             f"got {self.eval_whitening_kind!r}")
         if self.sha256 is not None and not (len(self.sha256) == 64 and set(self.sha256) <= set("0123456789abcdef")):
             raise ValueError(f"PretrainedCfg.sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
         if (self.hf_hub_id is None) != (self.hf_hub_filename is None):
@@ -157,7 +170,8 @@ class PretrainedCfg:
     def from_json(cls, data: Mapping[str, Any]) -> PretrainedCfg:
         """The preprocessing and provenance fields of a :meth:`to_dict` (a saved folder's
         ``config.json``); weight sources and the remapping function are never read from a file."""
-        keep = {"architecture", "tag", "model_kwargs", "input_size", "mean", "std", "interpolation", "eval_resize", "out_dim",
+        keep = {"architecture", "tag", "model_kwargs", "input_size", "mean", "std", "interpolation", "eval_resize", "eval_metric",
+                "eval_whitening_kind", "out_dim",
                 "recipe", "license", "paper", "code", "metrics", "notes"}
         values = {k: v for k, v in data.items() if k in keep and v is not None}
         for key in ("input_size", "mean", "std"):

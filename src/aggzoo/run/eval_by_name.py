@@ -41,7 +41,8 @@ log = logging.getLogger(__name__)
 
 #: ``evaluation.<key>`` -> :class:`EvalProtocol` field (null: the model's own value)
 PROTOCOL_KEYS = {"image_size": "image_size", "protocol_resize": "resize", "interpolation": "interpolation",
-                 "mean": "mean", "std": "std", "descriptor_dim": "descriptor_dim"}
+                 "mean": "mean", "std": "std", "descriptor_dim": "descriptor_dim", "metric": "metric",
+                 "whitening_kind": "whitening_kind"}
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt", ".safetensors", ".bin")
 
 
@@ -224,7 +225,7 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, me
     search = {key: options.get(key) for key in ("index", "search_params", "use_gpu", "refine")}
     search["index"] = search["index"] or "Flat"
     predictions = predict(model.to(device), database, queries, protocol.transform(), k=int(cfg.top_k),
-                          refine_store=options.get("refine_store") or "ram",
+                          refine_store=options.get("refine_store") or "ram", metric=protocol.metric,
                           batch_size=int(cfg.eval_batch_size) if protocol.fixed_size else 1,
                           num_workers=cfg.num_workers, device=device, progress=options.get("progress"), **search)
     files = write_predictions(predictions, cfg.paths.output_dir,

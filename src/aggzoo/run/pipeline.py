@@ -555,7 +555,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     transform = protocol.transform()
     sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
     guard = EvaluationGuard(cfg)
-    sets = guard.prepare(model, sets, image_size=preflight_size(protocol, sets))  # bad_images=skip drops unreadable ones
+    # bad_images=skip drops unreadable ones
+    sets = guard.prepare(model, sets, image_size=preflight_size(protocol, sets), metric=protocol.metric)
     extractor, shards = _sharded_extractor(cfg, options)
     # Under trainer=ddp every rank runs this job; rank 0 alone writes the report and prints.
     writer = extractor is None or extractor.is_global_zero
@@ -567,7 +568,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
                                       ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size if protocol.fixed_size else 1,
                                       num_workers=cfg.num_workers, device=device, meta=meta,
                                       published=named.pretrained_cfg.metrics if named and named.pretrained_cfg else None,
-                                      extractor=extractor, **options)
+                                      extractor=extractor, metric=protocol.metric,
+                                      whitening_kind=protocol.whitening_kind, **options)
     finally:
         if shards is not None and writer:
             shutil.rmtree(shards, ignore_errors=True)

@@ -42,7 +42,8 @@ from torch import nn
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable, scan_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError, PreflightError, UserError
-from aggzoo.evaluation.retrieval import is_binary_index, ks_beyond_database
+from aggzoo.evaluation.postprocess import SuperGlobalRerank
+from aggzoo.evaluation.retrieval import check_metric, is_binary_index, ks_beyond_database, rerank_metric_check
 from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
@@ -351,9 +352,20 @@ def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) 
     except ImportError:  # the torch search of tiny sets needs no index string
         faiss = None
     index, params = options.get("index"), options.get("search_params")
+    metric, rerank = options.get("metric") or "ip", options.get("rerank")  # metric null: the protocol's, filled in
+    try:
+        check_metric(metric)
+    except ConfigError as err:
+        problems.append(str(err))
+        metric = "ip"
+    try:
+        if rerank is True or rerank == "superglobal" or isinstance(rerank, Mapping):
+            rerank_metric_check(SuperGlobalRerank(), metric)
+    except ConfigError as err:
+        problems.append(str(err))
     # The disk store's first stage may be a type FAISS builds for L2 only (binary ITQ/LSH codes): the
-    # search layer accepts it there (retrieval.build_index), so the probe must too.
-    l2_ok = options.get("refine") is not None and options.get("refine_store") == "disk"
+    # search layer accepts it there (retrieval.build_index), so the probe must too; an L2 search takes them anyway.
+    l2_ok = metric == "l2" or (options.get("refine") is not None and options.get("refine_store") == "disk")
     if faiss is not None and is_binary_index(index):
         # A first stage over the model's binary codes (SelaVPR++): a binary factory string, and a shortlist.
         try:
@@ -366,7 +378,8 @@ def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) 
                             "returns for the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
     elif faiss is not None and isinstance(index, str):
         try:
-            probe = faiss.index_factory(int(out_dim), index, faiss.METRIC_INNER_PRODUCT)
+            probe = faiss.index_factory(int(out_dim), index,
+                                        faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as err:
             probe = None
             if "METRIC_L2" not in str(err):
@@ -511,14 +524,16 @@ class EvaluationGuard:
         self.skipped: dict[str, dict[str, int]] = {}
 
     def prepare(self, model: Any, sets: Mapping[str, RetrievalSet],
-                image_size: Sequence[int] | None = None) -> dict[str, RetrievalSet]:
-        """Check everything (the model at ``image_size``, default the config's), then (under ``skip``)
-        drop the unreadable images of each set."""
+                image_size: Sequence[int] | None = None, metric: str | None = None) -> dict[str, RetrievalSet]:
+        """Check everything (the model at ``image_size``, default the config's; the search options with
+        ``metric``, default ``evaluation.metric``), then (under ``skip``) drop the unreadable images of each set."""
         num_workers = self.cfg.get("num_workers")  # None: aggzoo.data.workers.loader_workers decides
         # Under skip every image is decoded below anyway; the header scan would only repeat it.
         scan = "none" if self.policy.skips else _choice(self.cfg.get("check_images", "header"))
         options = self.cfg.get("evaluation")
         options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
+        if metric is not None:
+            options = {**(options or {}), "metric": metric}
         size = image_size if image_size is not None else self.cfg.image_size
         check_evaluation(model, image_size=size, sets=sets, check_images=scan, num_workers=num_workers,
                          evaluation=options)

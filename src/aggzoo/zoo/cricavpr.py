@@ -18,6 +18,12 @@ Upstream facts of ``CricaVPR.pth`` (Lu-Feng/CricaVPR @ f53e941, ``hubconf.py``, 
   ``self.encoder`` = ``nn.TransformerEncoder(nn.TransformerEncoderLayer(768, 16, 2048, gelu,
   dropout 0.1, batch_first=False), 2)`` -> ``encoder.layers.{0,1}.*``.
 - Evaluation at 224 x 224 (``parser.py --resize``), test batches of 16 (``--infer_batch_size``).
+- ``test.py`` searches with ``faiss.IndexFlatL2``; ``eval.py --pca_dim 4096 --pca_dataset_folder
+  pitts30k/images/train`` first fits ``util.compute_pca``: sklearn ``PCA(4096)`` (``whiten=False``) on the
+  descriptors of at most 2^14 images of that folder (a shuffled loader), then ``pca.transform`` (centre,
+  project; no whitening, no L2 before or after) of both sets. The cfg states both (``eval_metric="l2"``,
+  ``eval_whitening_kind="project"``): ``eval.py model=cricavpr_dinov2_vitb14.official
+  evaluation.whitening_fit=<training images> evaluation.whitening_dim=4096`` evaluates as upstream.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ pretrained_cfgs = {
         filename="CricaVPR.pth",
         remap=convert_cricavpr,
         input_size=(3, CRICAVPR_EVAL_SIZE, CRICAVPR_EVAL_SIZE), interpolation="bicubic", out_dim=10752,
+        eval_metric="l2", eval_whitening_kind="project",
         recipe="Lu-Feng/CricaVPR train.py (GSV-Cities, 224, frozen DINOv2 + adapters, Adam 1e-4, 10 epochs); "
                "conf/experiment/cricavpr_dinov2.yaml",
         license="MIT (Lu-Feng/CricaVPR)",
@@ -76,7 +83,8 @@ pretrained_cfgs = {
         metrics={"pitts30k_test/R@1": 94.9, "msls_val/R@1": 90.0, "msls_challenge/R@1": 69.0,
                  "tokyo247/R@1": 93.0, "nordland_10frames/R@1": 90.7},
         notes="Batch-dependent (cross-image encoder): figures at test batches of 16, queries and database apart, "
-              "file order; they are after PCA to 4096 (sklearn, fit on training images). Shuffled test batches "
+              "file order; they are after PCA to 4096 (sklearn, no whitening, no L2, fit on training images; "
+              "L2-distance search). Shuffled test batches "
               "lower Pitts30k R@1 from 94.8 to ~92 (Lu-Feng/CricaVPR issue 7).",
     ),
 }

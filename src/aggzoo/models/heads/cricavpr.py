@@ -20,7 +20,9 @@ axis of length ``L`` is ``floor((i+1) L / g + 1/2)``, which gives exactly those 
 proportional cells at other sizes (upstream's fixed slices would leave a 23 x 23 map's cells uneven).
 
 Optional PCA to 4096 (the paper's compact descriptor): fit with ``evaluation.whitening_fit`` and
-``whitening_dim=4096``; note upstream's sklearn PCA projects without whitening or a final L2.
+``whitening_dim=4096``. Upstream's sklearn PCA centres and projects, without whitening or a final L2, and
+searches by L2 distance: ``evaluation.whitening_kind=project evaluation.metric=l2``, the defaults the
+``cricavpr_dinov2_vitb14.official`` cfg states (:mod:`aggzoo.zoo.cricavpr`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,13 @@ Where the L2 normalisation goes is an option, named as gmberton/deep-visual-geo-
 ``--l2`` (MIT): ``after_pool`` (Radenovic et al.; our default), ``before_pool`` (L2 over the channels at
 every position, then GeM, no final L2: that benchmark's default, so the GeM models it trained reproduce)
 and ``none``.
+
+``before_pool`` and ``none`` break the head contract (:mod:`aggzoo.models.heads.base`, docs/architecture.md:
+heads return unit-norm rows): their descriptors are not unit-norm.
+Inner-product search then ranks them otherwise than the benchmark, which searches by L2 distance
+(``faiss.IndexFlatL2`` in its ``test.py``): evaluate them with ``evaluation.metric=l2`` (the default of
+the ``gem_resnet50conv4`` weights, whose cfg states it). Training losses and validation in aggzoo assume
+unit-norm descriptors; ``after_pool`` is the one to train with here.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ class GeM(Head):
         eps: clamp floor that keeps ``x^p`` defined for non-positive activations.
         learn_p: train ``p`` (paper; 10x learning rate, no weight decay) or keep it fixed.
         l2: ``after_pool`` (paper), ``before_pool`` (L2 over channels per position, no final L2: the
-            dVGL benchmark's default) or ``none``.
+            dVGL benchmark's default) or ``none``. Only ``after_pool`` gives unit-norm rows (the head
+            contract); the other two are for the benchmark's weights, searched by L2 distance.
 
     Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, C]``.
     """
