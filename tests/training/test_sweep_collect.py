@@ -53,16 +53,22 @@ def test_sweep_then_collect_gives_one_row_per_head(tiny_data, tmp_path: Path, ca
     table = capsys.readouterr().out.splitlines()
     header = [c.strip() for c in table[0].strip("|").split("|")]
     assert header[:8] == ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
-    assert {"synthetic_test R@1", "synthetic_test untrained R@1", "synthetic_test avg-pool baseline R@1"} <= set(header)
+    # Recall@k in percent, labelled as the evaluation report labels it (issue 14 item 10)
+    assert {"synthetic_test R@1 (%)", "synthetic_test untrained R@1 (%)",
+            "synthetic_test avg-pool baseline R@1 (%)"} <= set(header)
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
     assert sorted(row[1] for row in rows) == ["head=avgpool", "head=gem", "head=mixvpr"]  # what the sweep varied
     assert printed[2:] == table[2:]  # the sweep's own table is the collect command's, sorted by R@1
-    r1 = header.index("synthetic_test R@1")
+    r1 = header.index("synthetic_test R@1 (%)")
     assert [row[r1] for row in rows][-1] == ""  # the failed run sorts last, without metrics
     values = [float(row[r1]) for row in rows[:-1]]
     assert values == sorted(values, reverse=True)
     assert set(values) == {round(100 * r["test"]["trained"]["synthetic_test"]["1"], 2)
                                                 for r in (gem, avg)}
+    # the column named with its unit sorts the same; a name that is no column is refused
+    assert format_runs(runs, sort="synthetic_test R@1 (%)").splitlines()[2:] == table[2:]
+    with pytest.raises(ValueError, match="no such column"):
+        format_runs(runs, sort="R@3")
 
 
 def test_collect_lists_runs_without_summary_and_rejects_empty_folders(tmp_path: Path) -> None:
@@ -123,4 +129,5 @@ def test_an_eval_sweep_lists_each_run_with_its_recall_and_keeps_going(tiny_data,
     lines = (sweep_dir / "sweep_results.md").read_text().splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     # eval runs have no training columns and no baselines: only what some run filled
-    assert header == ["run", "changes", "synthetic_test R@1", "synthetic_test R@5", "synthetic_test R@10", "status"]
+    assert header == ["run", "changes", "synthetic_test R@1 (%)", "synthetic_test R@5 (%)", "synthetic_test R@10 (%)",
+                      "status"]

@@ -5,8 +5,9 @@
 
 Every run folder holding a ``run_summary.json`` (written by :func:`aggzoo.run.pipeline.train`) becomes one
 row: what the sweep changed (its Hydra overrides), head, descriptor size, parameters, seconds and
-images per training step, and Recall@k of the trained model on each test benchmark, with the R@1 of
-the same model untrained and of global average pooling over the untrained backbone. An ``eval.py``
+images per training step, and Recall@k (in percent, headed ``R@k (%)``) of the trained model on each
+test benchmark, with the R@1 of the same model untrained and of global average pooling over the
+untrained backbone. An ``eval.py``
 run (its ``results.json``) gives its overrides and Recall@k. Folders of runs that failed or are still
 running are listed with no metrics; columns no run fills are left out.
 """
@@ -95,7 +96,8 @@ def _rows(runs: list[dict[str, Any]], ks: Sequence[int]) -> tuple[list[str], lis
     benchmarks = sorted({name for r in runs for name in (r.get("test", {}).get("trained", {}) or {})})
     header = ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
     for name in benchmarks:
-        header += [f"{name} R@{k}" for k in ks] + [f"{name} untrained R@1", f"{name} avg-pool baseline R@1"]
+        header += [f"{name} R@{k} {PERCENT}" for k in ks]
+        header += [f"{name} untrained R@1 {PERCENT}", f"{name} avg-pool baseline R@1 {PERCENT}"]
     header.append("status")
     rows = []
     for r in runs:
@@ -127,18 +129,31 @@ def _percent(value: Any) -> Any:
 
 
 _ALWAYS = ("run", "changes", "status")
+#: the unit of the Recall@k columns, as the evaluation report labels them (``R@1 (%)``)
+PERCENT = "(%)"
+
+
+def _column(header: list[str], sort: str) -> int | None:
+    """The first column named ``sort``, or ending in `` <sort>``; the ``(%)`` unit may be left out
+    (``R@1`` is the first benchmark's ``<benchmark> R@1 (%)``)."""
+    for i, name in enumerate(header):
+        for candidate in (name, name.removesuffix(f" {PERCENT}")):
+            if candidate == sort or candidate.endswith(" " + sort):
+                return i
+    return None
 
 
 def format_runs(runs: list[dict[str, Any]], *, fmt: str = "md", ks: Sequence[int] = (1, 5, 10),
                 sort: str | None = None) -> str:
     """The comparison table as Markdown (``md``), ``csv`` or ``json``. ``sort``: a column name
-    (``"R@1"`` sorts by the first benchmark's R@1), largest first."""
+    (``"R@1"`` sorts by the first benchmark's R@1), largest first. Recall@k columns are in percent,
+    labelled ``R@k (%)``."""
     header, rows = _rows(runs, ks)
     # A column no run fills (the baselines of eval.py runs, a benchmark's R@20 nobody computed) is left out.
     keep = [i for i, name in enumerate(header) if name in _ALWAYS or any(row[i] is not None for row in rows)]
     header, rows = [header[i] for i in keep], [[row[i] for i in keep] for row in rows]
     if sort:
-        column = next((i for i, h in enumerate(header) if h == sort or h.endswith(" " + sort)), None)
+        column = _column(header, sort)
         if column is None:
             raise ValueError(f"--sort {sort!r}: no such column; columns are {header}")
         rows.sort(key=lambda row: (row[column] is None, -(row[column] or 0) if isinstance(row[column], (int, float))
