@@ -186,4 +186,4 @@ def test_preflight_checks_the_binary_first_stage_before_extraction() -> None:
     assert evaluation_option_problems({"index": "BFlat", "refine": 100}, 2048) == []
     (missing,) = evaluation_option_problems({"index": "BFlat"}, 2048)
     assert "evaluation.refine=100" in missing
-    assert any("binary index string" in p for p in evaluation_option_problems({"index": "BNope", "refine": 100}, 2048))
+    assert any("binary index string" in p for p in evaluation_option_problems({"index": "BFlatx", "refine": 100}, 2048))

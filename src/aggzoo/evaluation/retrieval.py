@@ -32,6 +32,7 @@ descriptors the inner-product order is the L2 order upstream re-ranks by.
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -219,10 +220,16 @@ def extract_descriptors(
 # -- binary codes of a model's hashing branch ------------------------------------------------------
 
 
+#: the prefixes of faiss.index_binary_factory's strings (BFlat, BIVF<n>[_HNSW<m>], BHNSW<m>, BHash..., BMIHash...);
+#: a float factory string never starts with one of them ("Bogus" is a bad float string, not a binary one)
+_BINARY_FACTORY = re.compile(r"B(Flat|IVF\d|HNSW\d|Hash\d|MIHash\d)")
+
+
 def is_binary_index(index: Any) -> bool:
     """Whether ``index`` names a FAISS binary index (``index_binary_factory``: ``"BFlat"``, ``"BHNSW32"``,
     ``"BIVF1024"``...): a first stage over a model's binary codes, not over its float descriptors."""
-    return isinstance(index, str) and index.replace(" ", "").startswith("B")
+    return isinstance(index, str) and _BINARY_FACTORY.match(index.replace(" ", "")) is not None
+
 
 
 def pack_codes(codes: np.ndarray) -> np.ndarray:

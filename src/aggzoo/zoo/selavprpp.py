@@ -114,12 +114,17 @@ pretrained_cfgs = {
 }
 
 
+def _hashing(hashing: bool) -> dict[str, bool]:
+    """The head's ``hashing`` keyword when it differs from the default (the head spec states only what differs)."""
+    return {"hashing": True} if hashing else {}
+
+
 @register_model
 def selavprpp_dinov2_vitb14(*, hashing: bool = False, **kwargs: Any) -> nn.Module:
     """SelaVPR++: frozen DINOv2 ViT-B/14 with a side path of 12 MultiConvAdapters; projected GeM, 2048-D
     (``hashing=True``: plus the 512-bit hashing branch for a binary first stage)."""
     return vpr(_side_backbone("vit_base_patch14_dinov2", 0, hashing),
-               head(SelaVPRpp, out_dim=2048, hashing=hashing), **kwargs)
+               head(SelaVPRpp, **_hashing(hashing)), **kwargs)
 
 
 @register_model
@@ -127,4 +132,4 @@ def selavprpp_dinov2_vitl14(*, hashing: bool = False, **kwargs: Any) -> nn.Modul
     """SelaVPR++: frozen DINOv2 ViT-L/14 with a side path of 16 MultiConvAdapters from block 8; projected GeM,
     4096-D (``hashing=True``: plus the 512-bit hashing branch for a binary first stage)."""
     return vpr(_side_backbone("vit_large_patch14_dinov2", 8, hashing),
-               head(SelaVPRpp, out_dim=4096, hashing=hashing), **kwargs)
+               head(SelaVPRpp, out_dim=4096, **_hashing(hashing)), **kwargs)
