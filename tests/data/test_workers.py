@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from image_files import write_noise_images
 
 from aggzoo.data import workers
 from aggzoo.data.workers import AUTO_MIN_IMAGES, MAX_AUTO_WORKERS, loader_workers
@@ -47,12 +47,7 @@ class _PidRecordingTransform:
 
 def test_extraction_reads_large_sets_in_workers_with_the_same_descriptors(tmp_path, monkeypatch):
     monkeypatch.setattr(workers, "usable_cores", lambda: 2)
-    rng = np.random.default_rng(0)
-    paths = []
-    for i in range(AUTO_MIN_IMAGES):
-        path = tmp_path / f"{i:04d}.png"
-        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(path)
-        paths.append(path)
+    paths = write_noise_images(tmp_path, AUTO_MIN_IMAGES, (8, 8, 3), seed=0, name="{i:04d}.png")
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
     pids = tmp_path / "pids"
     pids.mkdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from image_files import write_noise_images
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError, UserError
@@ -35,14 +35,7 @@ def _to_tensor(image: np.ndarray) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    folder = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(0)
-    paths = []
-    for i in range(24):
-        path = folder / f"{i:02d}.png"
-        Image.fromarray(rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)).save(path)
-        paths.append(path)
-    return paths
+    return write_noise_images(tmp_path_factory.mktemp("images"), 24, (12, 16, 3), seed=0, name="{i:02d}.png")
 
 
 def test_channels_last_gives_the_same_descriptors_and_leaves_the_model_contiguous(images: list[Path]) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from image_files import write_noise_images
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
@@ -91,12 +91,7 @@ def test_rerank_reorders_only_the_shortlist_and_keeps_ties_in_order() -> None:
 
 def test_evaluate_with_local_rerank_on_image_files(tmp_path: Path) -> None:
     top_k = 3
-    gen = np.random.default_rng(2)
-    paths = []
-    for i in range(6):
-        path = tmp_path / f"{i}.png"
-        Image.fromarray(gen.integers(0, 255, (42, 42, 3), dtype=np.uint8)).save(path)
-        paths.append(path)
+    paths = write_noise_images(tmp_path, 6, (42, 42, 3), seed=2, high=255)
     # Queries are copies of database images 2 and 4: identical local features, all mutual.
     retrieval_set = RetrievalSet("tiny", tuple(paths[:5]), (paths[2], paths[4]), (np.array([2]), np.array([4])))
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from PIL import Image
+from image_files import write_noise_images
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
@@ -145,12 +145,7 @@ def test_binary_first_stage_shortlists_by_hamming_and_rescores_the_float_descrip
 
 
 def test_two_branch_evaluation_on_image_files(tmp_path: Path) -> None:
-    gen = np.random.default_rng(2)
-    paths = []
-    for i in range(8):
-        path = tmp_path / f"{i}.png"
-        Image.fromarray(gen.integers(0, 255, (28, 28, 3), dtype=np.uint8)).save(path)
-        paths.append(path)
+    paths = write_noise_images(tmp_path, 8, (28, 28, 3), seed=2, high=255)
     retrieval_set = RetrievalSet("tiny", tuple(paths[:6]), (paths[2], paths[4], paths[7]),
                                  (np.array([2]), np.array([4]), np.array([1])))
     torch.manual_seed(0)
