@@ -49,6 +49,7 @@ from torch import Tensor, nn
 
 from aggzoo.errors import ConversionError
 from aggzoo.hub.builder import build_model, class_path
+from aggzoo.hub.cfg import PretrainedCfg, RemapFn
 from aggzoo.hub.remap import Rule
 from aggzoo.layers.pos_embed import DINOV2_INTERPOLATE_OFFSET, resample_grid_dinov2
 from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
@@ -152,6 +153,38 @@ def vpr(
 
 
 # -- key rules of official checkpoints -------------------------------------------------------------
+
+
+#: the published releases of gmberton/deep-visual-geo-localization-benchmark (MIT): ResNet-50 cut after
+#: layer3 ("resnet50conv4"), evaluated at 480x640 bilinear
+DVGL_CODE = "https://github.com/gmberton/deep-visual-geo-localization-benchmark"
+
+
+def dvgl_releases(arch: str, aggregation: str, releases: Mapping[str, tuple[str, str, float, float]], *,
+                  remap: RemapFn, out_dim: int, notes: str, recipe_options: str = "",
+                  **fields: Any) -> dict[str, PretrainedCfg]:
+    """``{"<arch>.<tag>": PretrainedCfg}`` of the benchmark's ``resnet50conv4 + <aggregation>`` weights.
+
+    ``releases``: tag -> (training set, Google Drive file id, published R@1 on Pitts30k-test / MSLS-val),
+    the benchmark README's model-zoo rows; ``recipe_options``: what its train.py ran besides the
+    backbone and aggregation; ``fields``: further PretrainedCfg fields (e.g. ``eval_metric``)."""
+    return {
+        f"{arch}.{tag}": PretrainedCfg(
+            download_page=f"https://drive.google.com/file/d/{drive_id}/view",
+            filename=f"resnet50conv4_{aggregation}_{data.lower()}.pth",
+            remap=remap,
+            input_size=(3, 480, 640), interpolation="bilinear", out_dim=out_dim,
+            recipe=f"gmberton/deep-visual-geo-localization-benchmark train.py --backbone=resnet50conv4 "
+                   f"--aggregation={aggregation}{recipe_options} on {data}",
+            license="MIT (gmberton/deep-visual-geo-localization-benchmark)",
+            paper="Deep Visual Geo-localization Benchmark (Berton et al., CVPR 2022), arXiv:2204.03444",
+            code=DVGL_CODE,
+            metrics={"pitts30k_test/R@1": pitts, "msls_val/R@1": msls},
+            notes=notes,
+            **fields,
+        )
+        for tag, (data, drive_id, pitts, msls) in releases.items()
+    }
 
 
 def resnet_rules(src: str, *, sequential: bool, dst: str = _TIMM_BACKBONE) -> list[Rule]:

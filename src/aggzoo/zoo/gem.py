@@ -25,11 +25,10 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.hub.registry import register_model
 from aggzoo.hub.remap import rename
 from aggzoo.models.heads.gem import GeM
-from aggzoo.zoo._backbones import EFFICIENTNET_LITE0, RESNET50_LAYER3, RESNET50_LAYER4, head, resnet_rules, vpr
+from aggzoo.zoo._backbones import EFFICIENTNET_LITE0, RESNET50_LAYER3, RESNET50_LAYER4, dvgl_releases, head, resnet_rules, vpr
 
 __all__ = ["convert_gem_benchmark", "gem_efficientnet_lite0", "gem_resnet50", "gem_resnet50conv4"]
 
@@ -47,23 +46,11 @@ _RELEASES = {
     "official_pitts30k": ("Pitts30k", "1esgXzRFvDFHrMnwwR3GlTnErXjFNrYV7", 82.0, 38.0),
 }
 
-pretrained_cfgs = {
-    f"gem_resnet50conv4.{tag}": PretrainedCfg(
-        download_page=f"https://drive.google.com/file/d/{drive_id}/view",
-        filename=f"resnet50conv4_gem_{data.lower()}.pth",
-        remap=convert_gem_benchmark,
-        input_size=(3, 480, 640), interpolation="bilinear", out_dim=1024, eval_metric="l2",
-        recipe=f"gmberton/deep-visual-geo-localization-benchmark train.py --backbone=resnet50conv4 "
-               f"--aggregation=gem (--l2 before_pool, the default) on {data}",
-        license="MIT (gmberton/deep-visual-geo-localization-benchmark)",
-        paper="Deep Visual Geo-localization Benchmark (Berton et al., CVPR 2022), arXiv:2204.03444",
-        code="https://github.com/gmberton/deep-visual-geo-localization-benchmark",
-        metrics={"pitts30k_test/R@1": pitts, "msls_val/R@1": msls},
-        notes="README model zoo row 'resnet50-gem'. Descriptors are not unit-norm (L2 before the pooling only); "
-              "the benchmark ranks them by L2 distance (faiss.IndexFlatL2), and so does this cfg's protocol.",
-    )
-    for tag, (data, drive_id, pitts, msls) in _RELEASES.items()
-}
+pretrained_cfgs = dvgl_releases(
+    "gem_resnet50conv4", "gem", _RELEASES, remap=convert_gem_benchmark, out_dim=1024, eval_metric="l2",
+    recipe_options=" (--l2 before_pool, the default)",
+    notes="README model zoo row 'resnet50-gem'. Descriptors are not unit-norm (L2 before the pooling only); "
+          "the benchmark ranks them by L2 distance (faiss.IndexFlatL2), and so does this cfg's protocol.")
 
 
 @register_model

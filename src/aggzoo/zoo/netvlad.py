@@ -23,11 +23,10 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.hub.registry import register_model
 from aggzoo.hub.remap import rename
 from aggzoo.models.heads.netvlad import NetVLAD
-from aggzoo.zoo._backbones import EFFICIENTNET_LITE0, RESNET50_LAYER3, head, resnet_rules, vpr
+from aggzoo.zoo._backbones import EFFICIENTNET_LITE0, RESNET50_LAYER3, dvgl_releases, head, resnet_rules, vpr
 
 __all__ = ["convert_netvlad_benchmark", "netvlad_efficientnet_lite0", "netvlad_resnet50"]
 
@@ -44,22 +43,9 @@ _RELEASES = {
     "official_pitts30k": ("Pitts30k", "1KL8HoAApOjJFETin7Q7u7IcsOvroKlSj", 86.0, 50.7),
 }
 
-pretrained_cfgs = {
-    f"netvlad_resnet50.{tag}": PretrainedCfg(
-        download_page=f"https://drive.google.com/file/d/{drive_id}/view",
-        filename=f"resnet50conv4_netvlad_{data.lower()}.pth",
-        remap=convert_netvlad_benchmark,
-        input_size=(3, 480, 640), interpolation="bilinear", out_dim=65536,
-        recipe=f"gmberton/deep-visual-geo-localization-benchmark train.py --backbone=resnet50conv4 "
-               f"--aggregation=netvlad on {data}",
-        license="MIT (gmberton/deep-visual-geo-localization-benchmark)",
-        paper="Deep Visual Geo-localization Benchmark (Berton et al., CVPR 2022), arXiv:2204.03444",
-        code="https://github.com/gmberton/deep-visual-geo-localization-benchmark",
-        metrics={"pitts30k_test/R@1": pitts, "msls_val/R@1": msls},
-        notes="README model zoo row 'resnet50-netvlad'; resnet50conv4 is the benchmark's ResNet cut for NetVLAD.",
-    )
-    for tag, (data, drive_id, pitts, msls) in _RELEASES.items()
-}
+pretrained_cfgs = dvgl_releases(
+    "netvlad_resnet50", "netvlad", _RELEASES, remap=convert_netvlad_benchmark, out_dim=65536,
+    notes="README model zoo row 'resnet50-netvlad'; resnet50conv4 is the benchmark's ResNet cut for NetVLAD.")
 
 
 @register_model
