@@ -99,6 +99,19 @@ def test_alpha_is_composited_over_white(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_rgb(tmp_path / "la.png")[..., 0], [[255, 40], [40, 255]])
 
 
+def test_rgb_with_a_transparent_colour_key(tmp_path: Path) -> None:
+    """An RGB PNG whose tRNS chunk names one transparent colour: that colour becomes the background,
+    the rest is unchanged, and the result keeps three channels (an RGB file is not copied to RGB
+    again, so the composited image must be the one returned)."""
+    rgb = _noise(3, 4, seed=3)
+    key = tuple(int(v) for v in rgb[1, 2])
+    Image.fromarray(rgb).save(tmp_path / "key.png", transparency=key)
+    out = read_rgb(tmp_path / "key.png")
+    expected = rgb.copy()
+    expected[(rgb == key).all(axis=-1)] = 255
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_palette_with_and_without_transparency(tmp_path: Path) -> None:
     palette = [0, 0, 0, 200, 10, 20, 30, 40, 250] + [0] * (256 * 3 - 9)
     index = np.array([[0, 1, 2], [2, 1, 0]], dtype=np.uint8)

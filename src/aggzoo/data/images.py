@@ -93,7 +93,8 @@ def _to_rgb(image: Image.Image, path: Path) -> np.ndarray:
     if image.has_transparency_data:
         rgba = image.convert("RGBA")
         image = Image.alpha_composite(Image.new("RGBA", rgba.size, _BACKGROUND), rgba)
-    return np.asarray(image.convert("RGB"))
+    # convert() copies even when the mode is already RGB; each copy is ~1 ms of a 480x640 image.
+    return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
 
 
 def read_rgb(path: str | Path, *, max_pixels: int | None = None) -> np.ndarray:
@@ -116,8 +117,9 @@ def read_rgb(path: str | Path, *, max_pixels: int | None = None) -> np.ndarray:
             with Image.open(path) as image:
                 _reduce_large(image, path, limit)
                 image.load()
-                upright = ImageOps.exif_transpose(image)
-                return _to_rgb(upright, path)
+                # In place: the copying variant copies every image, even the (usual) upright ones.
+                ImageOps.exif_transpose(image, in_place=True)
+                return _to_rgb(image, path)
     except ImageReadError:
         raise
     except FileNotFoundError as err:
