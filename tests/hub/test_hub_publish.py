@@ -119,3 +119,29 @@ def test_a_results_file_that_is_not_one_is_named(trained_tiny: torch.nn.Module, 
     with pytest.raises(ConfigError, match="not a results file"):
         aggzoo.save_pretrained(trained_tiny, tmp_path / "x", run_summary=bad)
     assert not (tmp_path / "x").exists()  # nothing half-written
+
+
+def test_weight_files_are_byte_reproducible(trained_tiny: torch.nn.Module, tmp_path: Path) -> None:
+    """The same tensors and metadata give the same bytes (and so the same sha256 in a manifest) on every
+    call: safetensors' own metadata order varies from call to call, save_weights sorts it."""
+    import struct
+
+    from safetensors import safe_open
+
+    from aggzoo.hub.io import save_weights, sha256_of
+
+    metadata = {key: key * 3 for key in "hgfedcba"}  # 8 keys: 40320 orders
+    state = trained_tiny.state_dict()
+    digests = {sha256_of(save_weights(state, tmp_path / f"w{i}.safetensors", metadata)) for i in range(5)}
+    assert len(digests) == 1
+    raw = (tmp_path / "w0.safetensors").read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + length])
+    assert list(header["__metadata__"]) == sorted(metadata)
+    with safe_open(str(tmp_path / "w0.safetensors"), "pt") as f:  # still a valid file, contents unchanged
+        assert f.metadata() == metadata
+        assert set(f.keys()) == set(state) and all(torch.equal(f.get_tensor(k), state[k]) for k in state)
+    # save_pretrained goes through it: two saves of one model are the same file.
+    first = aggzoo.save_pretrained(trained_tiny, tmp_path / "a") / "model.safetensors"
+    second = aggzoo.save_pretrained(trained_tiny, tmp_path / "b") / "model.safetensors"
+    assert first.read_bytes() == second.read_bytes()

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from aggzoo.cli.reporting import reported_user_errors
 from aggzoo.errors import DatasetLayoutError, ManifestError
 from aggzoo.hub.cfg import split_name
 from aggzoo.hub.factory import create_model
-from aggzoo.hub.io import load_checkpoint, read_checkpoint, sha256_of, weights_dir
+from aggzoo.hub.io import load_checkpoint, read_checkpoint, save_weights, sha256_of, weights_dir
 from aggzoo.hub.manifest import DATASETS, MANIFEST_FILE, ManifestEntry, read_manifest, write_manifest
 
 __all__ = ["add_entry", "main", "measure_off_domain", "verify"]
@@ -81,10 +80,9 @@ def add_entry(
         tensors = _delta(model, reference)
     else:
         tensors = dict(model.state_dict())
-    tensors = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
     filename = f"{name}.safetensors"
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(folder / filename), metadata={"name": name, "recipe": recipe})
+    save_weights(tensors, folder / filename, metadata={"name": name, "recipe": recipe})
     size = tuple(input_size) if input_size is not None else None
     if size is None and evaluation and "image_size" in evaluation:
         size = (3, *evaluation["image_size"])

@@ -36,6 +36,7 @@ import json
 import os
 import pickle
 import re
+import struct
 import urllib.error
 import urllib.parse
 import warnings
@@ -82,6 +83,7 @@ __all__ = [
     "read_checkpoint",
     "read_local_dir",
     "save_pretrained",
+    "save_weights",
     "sha256_of",
     "unwrap_checkpoint",
     "weights_dir",
@@ -643,12 +645,33 @@ def save_pretrained(
                       test_results=read_results_file(test_results) if test_results is not None else None)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    # Clones: safetensors refuses tensors that share storage, and a state dict may hold views.
-    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
-    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": _CONFIG_FORMAT, SPEC_KEY: json.dumps(spec)})
+    save_weights(model.state_dict(), directory / WEIGHTS_FILE, metadata={"format": _CONFIG_FORMAT, SPEC_KEY: json.dumps(spec)})
     (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     card.save(directory / CARD_FILE)
     return directory
+
+
+def save_weights(tensors: Mapping[str, Tensor], path: str | Path, metadata: Mapping[str, str]) -> Path:
+    """Write ``tensors`` to a ``.safetensors`` file whose bytes depend only on its contents.
+
+    safetensors orders the header's ``__metadata__`` map differently from one process to the next (a Rust
+    hash map), so the same tensors gave files of different sha256. The header is rewritten with that map
+    in sorted key order: same keys, same length, so no tensor offset moves. Tensors are copied to
+    contiguous CPU clones first (safetensors refuses views that share storage).
+    """
+    path = Path(path)
+    save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}, str(path),
+              metadata=dict(metadata))
+    with path.open("r+b") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+        header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(text) > length:  # cannot happen for a reordering; never write a header that does not fit
+            raise CheckpointError(f"{path}: the sorted safetensors header is longer than the original")
+        f.seek(8)
+        f.write(text.ljust(length))  # the format pads headers with spaces
+    return path
 
 
 def _cfg_for_json(cfg: PretrainedCfg) -> dict[str, Any]:
