@@ -69,12 +69,14 @@ from aggzoo.hub.remap import show_keys, strip_prefix
 
 __all__ = [
     "CONFIG_FILE",
+    "ENSEMBLING_KEY",
     "SPEC_KEY",
     "WEIGHTS_FILE",
     "CheckpointFile",
     "LoadReport",
     "cache_dir",
     "download",
+    "ensembled_state",
     "fetch_weights",
     "hf_hub_folder",
     "load_checkpoint",
@@ -95,6 +97,10 @@ _CONFIG_FORMAT = "aggzoo.save_pretrained/1"
 #: Where a checkpoint of the training pipeline keeps the backbone + head spec that rebuilds its
 #: model, and where save_pretrained's safetensors metadata does.
 SPEC_KEY = "aggzoo_model_config"
+#: Where a training checkpoint keeps the weights its fine-tuning started from and the WiSE-FT
+#: coefficient (:class:`aggzoo.training.weight_ensembling.WeightEnsembling`): ``{"alpha": float,
+#: "start": {model key: tensor}}``. Every reader that builds a model from the file applies it.
+ENSEMBLING_KEY = "aggzoo_weight_ensembling"
 _OFFLINE_ENV = ("AGGZOO_OFFLINE", "HF_HUB_OFFLINE")
 
 
@@ -266,6 +272,38 @@ def unwrap_checkpoint(obj: object) -> dict[str, Tensor]:
     return state
 
 
+def ensembled_state(state: Mapping[str, Tensor], record: Any, *, where: str = "checkpoint") -> dict[str, Tensor]:
+    """WiSE-FT weight-space ensembling (Wortsman et al., CVPR 2022): ``(1 - alpha) * start + alpha *
+    state`` for every floating-point tensor of ``record["start"]``, the weights fine-tuning started from.
+
+    Tensors the record does not hold, and integer ones (BatchNorm's ``num_batches_tracked``), stay as
+    trained. ``alpha = 1`` is ``state``; ``alpha = 0`` is the start.
+
+    Raises:
+        CheckpointError: the record is not ``{"alpha": float in [0, 1], "start": {key: tensor}}``, or
+            names a key the state lacks or a tensor of another shape.
+    """
+    if not isinstance(record, Mapping) or set(record) != {"alpha", "start"}:
+        raise CheckpointError(f"{where}: its {ENSEMBLING_KEY!r} record must hold exactly 'alpha' and 'start'")
+    alpha, start = record["alpha"], record["start"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+        raise CheckpointError(f"{where}: weight-ensembling alpha must be a number in [0, 1], got {alpha!r}")
+    if not _is_state_dict(start):
+        raise CheckpointError(f"{where}: its weight-ensembling 'start' must map parameter names to tensors")
+    unknown = sorted(set(start) - set(state))
+    if unknown:
+        raise CheckpointError(f"{where}: weight-ensembling 'start' names keys the model lacks: {show_keys(unknown)}")
+    out = dict(state)
+    for key, begin in start.items():
+        end = state[key]
+        if begin.shape != end.shape:
+            raise CheckpointError(f"{where}: weight-ensembling 'start' holds {key} of shape {tuple(begin.shape)}, "
+                                  f"the model {tuple(end.shape)}")
+        if end.is_floating_point():
+            out[key] = torch.lerp(begin.to(end.dtype), end, float(alpha))
+    return out
+
+
 @dataclass(frozen=True)
 class CheckpointFile:
     """What :func:`read_checkpoint` found in a file.
@@ -284,12 +322,22 @@ class CheckpointFile:
     contents: Any
     spec: dict[str, Any] | None
 
-    def state_dict(self) -> dict[str, Tensor]:
-        """The model's state dict, unwrapped (:func:`unwrap_checkpoint`)."""
+    @property
+    def ensembling_alpha(self) -> float | None:
+        """The WiSE-FT coefficient the file records (:data:`ENSEMBLING_KEY`), ``None`` when it records none."""
+        record = self.contents.get(ENSEMBLING_KEY) if isinstance(self.contents, Mapping) else None
+        return float(record["alpha"]) if isinstance(record, Mapping) and "alpha" in record else None
+
+    def state_dict(self, *, ensembled: bool = True) -> dict[str, Tensor]:
+        """The model's state dict, unwrapped (:func:`unwrap_checkpoint`); for a checkpoint that records
+        weight ensembling (:data:`ENSEMBLING_KEY`), the ensembled weights unless ``ensembled=False``
+        (the fine-tuned weights as trained, which a resumed run continues from)."""
         try:
-            return unwrap_checkpoint(self.contents)
+            state = unwrap_checkpoint(self.contents)
         except ConversionError as error:
             raise CheckpointError(f"{self.path}: {error}") from None
+        record = self.contents.get(ENSEMBLING_KEY) if isinstance(self.contents, Mapping) else None
+        return ensembled_state(state, record, where=str(self.path)) if ensembled and record is not None else state
 
     def require_spec(self) -> dict[str, Any]:
         """:attr:`spec`, or an error saying how to name the model instead."""

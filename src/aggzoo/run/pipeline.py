@@ -359,7 +359,11 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
     if not trainer.is_global_zero:  # rank 0 alone evaluates the test sets and writes the results
         return results
     if best is not None:
-        module.load_state_dict(read_checkpoint(best).contents["state_dict"])  # the one reader, for our own file too
+        # The one reader, for our own file too; it applies weight ensembling where the file records it.
+        stored = read_checkpoint(best)
+        module.model.load_state_dict(stored.state_dict())
+        if stored.ensembling_alpha is not None:
+            log.info("testing the weight ensemble of %s: alpha=%g", best.name, stored.ensembling_alpha)
     table_rows: list[tuple[str, list[RetrievalResult]]] = []
     if test_sets:
         if trainer.global_step == 0:
