@@ -7,18 +7,12 @@ import functools
 
 import lightning.pytorch as L
 import torch
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
-from train_helpers import CONF
+from train_helpers import tiny_fit_parts
 
-from aggzoo.data.gsv_cities import GSVCitiesDataset
-from aggzoo.data.transforms import eval_transform
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.gsp import GSP, greedy_k_center
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.training.callbacks import HeadDataInit
-from aggzoo.training.datamodule import VPRDataModule
-from aggzoo.training.module import VPRLightningModule
 
 K = 8
 
@@ -28,11 +22,7 @@ def test_gsp_prototypes_are_greedy_k_centers_of_pooled_training_embeddings(tiny_
     model = VPRModel(TimmBackbone("test_resnet", out_indices=(3,)),
                      functools.partial(GSP, embedding_dim=16, num_prototypes=K))
     before = model.head.prototypes.detach().clone()
-    module = VPRLightningModule(model, loss=instantiate(OmegaConf.load(CONF / "loss" / "multisimilarity.yaml")),
-                                optimizer=functools.partial(torch.optim.AdamW, lr=1e-3))
-    transform = eval_transform((32, 48))
-    data = VPRDataModule(train_dataset=GSVCitiesDataset(tiny_data.gsv, img_per_place=4, transform=transform),
-                         val_sets={}, eval_transform=transform, places_per_batch=4)
+    module, data = tiny_fit_parts(model, tiny_data.gsv, lr=1e-3)
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=0, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[HeadDataInit(pooled_images=3 * K, seed=0)])

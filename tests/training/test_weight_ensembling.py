@@ -11,13 +11,10 @@ from pathlib import Path
 import lightning.pytorch as L
 import pytest
 import torch
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from train_helpers import CONF, TINY, compose_train
+from train_helpers import TINY, compose_train, tiny_fit_parts
 
 import aggzoo
-from aggzoo.data.gsv_cities import GSVCitiesDataset
 from aggzoo.data.transforms import eval_transform
 from aggzoo.errors import CheckpointError
 from aggzoo.hub.io import ENSEMBLING_KEY, ensembled_state, read_checkpoint
@@ -26,8 +23,6 @@ from aggzoo.models.heads.netvlad import NetVLAD
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.run.pipeline import train
 from aggzoo.training.callbacks import HeadDataInit
-from aggzoo.training.datamodule import VPRDataModule
-from aggzoo.training.module import VPRLightningModule
 from aggzoo.training.weight_ensembling import WeightEnsembling
 
 
@@ -47,11 +42,7 @@ def _fit(tiny_data, tmp_path: Path, alpha: float) -> tuple[VPRModel, dict[str, t
     torch.manual_seed(0)
     model = VPRModel(TimmBackbone("test_resnet", out_indices=(3,)), functools.partial(NetVLAD, num_clusters=4))
     random_centroids = model.head.centroids.detach().clone()
-    module = VPRLightningModule(model, loss=instantiate(OmegaConf.load(CONF / "loss" / "multisimilarity.yaml")),
-                                optimizer=functools.partial(torch.optim.AdamW, lr=1e-2))
-    transform = eval_transform((32, 48))
-    data = VPRDataModule(train_dataset=GSVCitiesDataset(tiny_data.gsv, img_per_place=4, transform=transform),
-                         val_sets={}, eval_transform=transform, places_per_batch=4)
+    module, data = tiny_fit_parts(model, tiny_data.gsv, lr=1e-2)
     first = _FirstStepWeights()
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=3, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path,

@@ -61,3 +61,25 @@ def logged(run_dir: Path, key: str) -> dict[int, float]:
                 if row.get(key):
                     values[int(row["step"])] = float(row[key])
     return values
+
+
+def tiny_fit_parts(model, gsv_root: Path, *, lr: float = 1e-3, image_size: tuple[int, int] = (32, 48)):
+    """``(LightningModule, DataModule)`` for a direct ``L.Trainer.fit`` of ``model`` on the tiny city's
+    GSV-Cities split: multi-similarity loss, AdamW at ``lr``, 4 places x 4 images, no validation sets."""
+    import functools
+
+    import torch
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from aggzoo.data.gsv_cities import GSVCitiesDataset
+    from aggzoo.data.transforms import eval_transform
+    from aggzoo.training.datamodule import VPRDataModule
+    from aggzoo.training.module import VPRLightningModule
+
+    module = VPRLightningModule(model, loss=instantiate(OmegaConf.load(CONF / "loss" / "multisimilarity.yaml")),
+                                optimizer=functools.partial(torch.optim.AdamW, lr=lr))
+    transform = eval_transform(image_size)
+    data = VPRDataModule(train_dataset=GSVCitiesDataset(gsv_root, img_per_place=4, transform=transform),
+                         val_sets={}, eval_transform=transform, places_per_batch=4)
+    return module, data
