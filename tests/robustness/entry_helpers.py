@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,3 +57,26 @@ def error_line(result: subprocess.CompletedProcess) -> str:
         with open(log, "a") as handle:
             handle.write(" ".join(str(a) for a in result.args[1:]) + "\n    " + lines[0] + "\n")
     return lines[0]
+
+
+def started_ahead(request: Any, test_name: str, make_run: Callable[..., tuple[list[str], dict[str, Any]]],
+                  tmp_factory: Any, *, workers: int = 2) -> Iterator[dict[str, Future]]:
+    """Start the entry-point run of every selected case of the parametrized ``test_name`` ahead,
+    ``workers`` processes at a time, for a module fixture to yield; a case then waits for its own
+    ``futures[request.node.callspec.id].result()``.
+
+    Each run is mostly interpreter and torch start-up on one core, so two at a time take about half the
+    wall time of one after another. ``make_run(**case_params)`` returns ``(args, run_entry keyword
+    arguments)``; each run gets its own temporary folder. Only the cases pytest selected start (``-k``,
+    ``-m`` and node ids are honoured), in collection order.
+    """
+    pool = ThreadPoolExecutor(max_workers=workers)
+    futures: dict[str, Future] = {}
+    for item in request.session.items:
+        if getattr(item, "originalname", None) == test_name and hasattr(item, "callspec"):
+            args, kwargs = make_run(**item.callspec.params)
+            futures[item.callspec.id] = pool.submit(run_entry, args, tmp_factory.mktemp("run"), **kwargs)
+    try:
+        yield futures
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

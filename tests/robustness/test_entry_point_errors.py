@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from entry_helpers import TINY_EVAL, TINY_TRAIN, error_line, run_entry
+from entry_helpers import TINY_EVAL, TINY_TRAIN, error_line, run_entry, started_ahead
 
 import aggzoo
 from aggzoo.errors import CheckpointError, UserError, WeightsUnavailableError
@@ -74,9 +74,16 @@ BROKEN = {
     ("data.image_size=[1,1]", "data.image_size must be [height, width] in pixels, two integers of at least 8"),
     ("data.places_per_batch=1000", "data.places_per_batch=1000 exceeds the 24 training places with enough images"),
 ])
-def test_train_py_user_errors(override: str, expected: str, tmp_path: Path, data_env: dict[str, str]) -> None:
-    line = error_line(run_entry([*TINY_TRAIN, override], tmp_path, env=data_env))
+def test_train_py_user_errors(override: str, expected: str, train_error_runs, request: pytest.FixtureRequest) -> None:
+    line = error_line(train_error_runs[request.node.callspec.id].result())
     assert expected in line, line
+
+
+@pytest.fixture(scope="module")
+def train_error_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                     data_env: dict[str, str]) -> Iterator[dict]:
+    yield from started_ahead(request, "test_train_py_user_errors",
+                             lambda override, expected: ([*TINY_TRAIN, override], {"env": data_env}), tmp_path_factory)
 
 
 @pytest.mark.slow
@@ -147,9 +154,16 @@ def test_resume_into_a_read_only_run_folder(tmp_path: Path, data_env: dict[str, 
     ("evaluation.index=Bogus", "evaluation.index=Bogus is not a FAISS index_factory string for 192-D descriptors"),
     ("evaluation.whitening=/nowhere/whitening.npz", "evaluation.whitening=/nowhere/whitening.npz: no such file"),
 ])
-def test_eval_py_user_errors(override: str, expected: str, tmp_path: Path, data_env: dict[str, str]) -> None:
-    line = error_line(run_entry([*TINY_EVAL, override], tmp_path, script="eval.py", env=data_env))
+def test_eval_py_user_errors(override: str, expected: str, eval_error_runs, request: pytest.FixtureRequest) -> None:
+    line = error_line(eval_error_runs[request.node.callspec.id].result())
     assert expected in line, line
+
+
+@pytest.fixture(scope="module")
+def eval_error_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                    data_env: dict[str, str]) -> Iterator[dict]:
+    yield from started_ahead(request, "test_eval_py_user_errors", lambda override, expected: (
+        [*TINY_EVAL, override], {"script": "eval.py", "env": data_env}), tmp_path_factory)
 
 
 def test_evaluation_options_are_checked_before_extraction() -> None:
@@ -166,10 +180,18 @@ def test_evaluation_options_are_checked_before_extraction() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", BROKEN)
-def test_eval_py_broken_checkpoints(kind: str, broken_files: dict[str, Path], tmp_path: Path) -> None:
+def test_eval_py_broken_checkpoints(kind: str, broken_files: dict[str, Path], broken_checkpoint_runs,
+                                    request: pytest.FixtureRequest) -> None:
     path = broken_files[kind]
-    line = error_line(run_entry([*TINY_EVAL, f"ckpt_path={path}"], tmp_path, script="eval.py"))
+    line = error_line(broken_checkpoint_runs[request.node.callspec.id].result())
     assert str(path) in line and BROKEN[kind] in line, line
+
+
+@pytest.fixture(scope="module")
+def broken_checkpoint_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                           broken_files: dict[str, Path]) -> Iterator[dict]:
+    yield from started_ahead(request, "test_eval_py_broken_checkpoints", lambda kind: (
+        [*TINY_EVAL, f"ckpt_path={broken_files[kind]}"], {"script": "eval.py"}), tmp_path_factory)
 
 
 @pytest.mark.parametrize("kind", BROKEN)
@@ -219,11 +241,17 @@ COMPOSITION = {
 
 
 @pytest.mark.parametrize(("script", "override"), COMPOSITION)
-def test_hydra_composition_errors(script: str, override: str, tmp_path: Path) -> None:
+def test_hydra_composition_errors(script: str, override: str, composition_runs, request: pytest.FixtureRequest) -> None:
     """Hydra prints these over many lines and exits 1 unless the entry point turns them into one line."""
-    line = error_line(run_entry([override], tmp_path, script=script))
+    line = error_line(composition_runs[request.node.callspec.id].result())
     assert all(text in line for text in COMPOSITION[script, override]), line
     assert f"python {script} --help" in line and "search path" not in line.lower(), line
+
+
+@pytest.fixture(scope="module")
+def composition_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    yield from started_ahead(request, "test_hydra_composition_errors",
+                             lambda script, override: ([override], {"script": script}), tmp_path_factory)
 
 
 def test_hydra_composition_error_in_a_sweep(tmp_path: Path) -> None:
