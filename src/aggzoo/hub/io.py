@@ -79,6 +79,7 @@ __all__ = [
     "ensembled_state",
     "fetch_weights",
     "hf_hub_folder",
+    "is_ensembling_alpha",
     "load_checkpoint",
     "load_into",
     "load_pretrained",
@@ -272,6 +273,11 @@ def unwrap_checkpoint(obj: object) -> dict[str, Tensor]:
     return state
 
 
+def is_ensembling_alpha(value: Any) -> bool:
+    """Whether ``value`` is a weight-ensembling coefficient: a number (not a bool) in ``[0, 1]``."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0
+
+
 def ensembled_state(state: Mapping[str, Tensor], record: Any, *, where: str = "checkpoint") -> dict[str, Tensor]:
     """WiSE-FT weight-space ensembling (Wortsman et al., CVPR 2022): ``(1 - alpha) * start + alpha *
     state`` for every floating-point tensor of ``record["start"]``, the weights fine-tuning started from.
@@ -286,7 +292,7 @@ def ensembled_state(state: Mapping[str, Tensor], record: Any, *, where: str = "c
     if not isinstance(record, Mapping) or set(record) != {"alpha", "start"}:
         raise CheckpointError(f"{where}: its {ENSEMBLING_KEY!r} record must hold exactly 'alpha' and 'start'")
     alpha, start = record["alpha"], record["start"]
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+    if not is_ensembling_alpha(alpha):
         raise CheckpointError(f"{where}: weight-ensembling alpha must be a number in [0, 1], got {alpha!r}")
     if not _is_state_dict(start):
         raise CheckpointError(f"{where}: its weight-ensembling 'start' must map parameter names to tensors")
@@ -323,9 +329,14 @@ class CheckpointFile:
     spec: dict[str, Any] | None
 
     @property
+    def _ensembling_record(self) -> Any:
+        """The file's :data:`ENSEMBLING_KEY` record as stored (``None`` when it has none)."""
+        return self.contents.get(ENSEMBLING_KEY) if isinstance(self.contents, Mapping) else None
+
+    @property
     def ensembling_alpha(self) -> float | None:
         """The WiSE-FT coefficient the file records (:data:`ENSEMBLING_KEY`), ``None`` when it records none."""
-        record = self.contents.get(ENSEMBLING_KEY) if isinstance(self.contents, Mapping) else None
+        record = self._ensembling_record
         return float(record["alpha"]) if isinstance(record, Mapping) and "alpha" in record else None
 
     def state_dict(self, *, ensembled: bool = True) -> dict[str, Tensor]:
@@ -336,7 +347,7 @@ class CheckpointFile:
             state = unwrap_checkpoint(self.contents)
         except ConversionError as error:
             raise CheckpointError(f"{self.path}: {error}") from None
-        record = self.contents.get(ENSEMBLING_KEY) if isinstance(self.contents, Mapping) else None
+        record = self._ensembling_record
         return ensembled_state(state, record, where=str(self.path)) if ensembled and record is not None else state
 
     def require_spec(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 import lightning as L
 from torch import Tensor
 
-from aggzoo.hub.io import ENSEMBLING_KEY
+from aggzoo.hub.io import ENSEMBLING_KEY, is_ensembling_alpha
 
 __all__ = ["WeightEnsembling"]
 
@@ -41,7 +41,7 @@ class WeightEnsembling(L.Callback):
     """
 
     def __init__(self, alpha: float = 1.0) -> None:
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= float(alpha) <= 1.0:
+        if not is_ensembling_alpha(alpha):
             raise ValueError(f"callbacks.weight_ensembling.alpha must be a number in [0, 1], got {alpha!r}")
         self.alpha = float(alpha)
         self.start: dict[str, Tensor] | None = None
