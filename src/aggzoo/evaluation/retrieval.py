@@ -61,6 +61,7 @@ except ImportError:  # pragma: no cover - exercised only where faiss is not inst
 
 __all__ = [
     "BinaryCodes",
+    "binary_refine_message",
     "METRICS",
     "PRECISIONS",
     "REFINE_STORES",
@@ -241,6 +242,12 @@ def pack_codes(codes: np.ndarray) -> np.ndarray:
     return np.packbits(codes > 0, axis=1)
 
 
+def binary_refine_message(index: Any) -> str:
+    """What a binary first stage (``evaluation.index=BFlat``...) without ``evaluation.refine`` is told."""
+    return (f"evaluation.index={index} is a binary first stage: give the shortlist its Hamming search returns for "
+            "the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
+
+
 class BinaryCodes(nn.Module):
     """``images [B, 3, H, W] -> [B, bits]`` codes in ``{-1, +1}``: a model's hashing branch, as a model the one
     extraction loop (:func:`extract_descriptors`) runs.
@@ -349,15 +356,12 @@ class TwoStageIndex:
     def search(self, queries: np.ndarray, k: int,
                first_queries: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         queries = _as_float32(queries)
-        m = min(max(self.shortlist, k), self.ntotal)
-        if self.binary:
-            candidates = self.first.search(self._first_queries(first_queries), m)[1]
-        elif self.vectors is None:
+        if not self.binary and self.vectors is None:  # FAISS's IndexRefineFlat re-scores its own shortlist
+            m = min(max(self.shortlist, k), self.ntotal)
             params = faiss.IndexRefineSearchParameters()
             params.k_factor = (m + 0.5) / k  # FAISS truncates k * k_factor: exactly m candidates
             return self.first.search(queries, k, params=params)
-        else:
-            candidates = self.first.search(queries, m)[1]
+        candidates = self.shortlists(queries, k, first_queries)
         scores, ids = _rescore(self.vectors, queries, candidates, k, metric=self.metric)
         return (-scores if self.metric == "l2" else scores), ids
 
@@ -476,10 +480,7 @@ def build_index(
         except RuntimeError:  # no GPU implementation of this index type: search on the CPU
             built = cpu_index
     if not built.is_trained:
-        rng = np.random.default_rng(seed)
-        n_train = len(database) if train_size is None else min(train_size, len(database))
-        rows = np.sort(rng.choice(len(database), size=n_train, replace=False))
-        built.train(_as_float32(database[rows]))
+        built.train(_as_float32(database[_training_rows(len(database), train_size, seed)]))
     for part in _chunks(len(database), 65536):  # float16 storage stays float16 outside one chunk
         built.add(_as_float32(database[part]))
     if search_params:
@@ -491,6 +492,12 @@ def build_index(
     return built
 
 
+def _training_rows(n: int, train_size: int | None, seed: int) -> np.ndarray:
+    """Sorted rows an index trains on: all ``n``, or ``train_size`` of them drawn without replacement."""
+    size = n if train_size is None else min(train_size, n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+
+
 def _binary_two_stage(database: np.ndarray, codes: np.ndarray | None, index: str, refine: int | None,
                       search_params: str | None, train_size: int | None, seed: int,
                       metric: str = "ip") -> TwoStageIndex:
@@ -500,16 +507,13 @@ def _binary_two_stage(database: np.ndarray, codes: np.ndarray | None, index: str
     if codes is None:
         raise ValueError(f"index {index!r} is a binary first stage: it needs the database's packed codes (codes=)")
     if refine is None:
-        raise ConfigError(f"evaluation.index={index} is a binary first stage: give the shortlist its Hamming search "
-                          "returns for the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
+        raise ConfigError(binary_refine_message(index))
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     if codes.ndim != 2 or len(codes) != len(database):
         raise ValueError(f"codes must be [N, bytes] for the {len(database)} database rows, got shape {codes.shape}")
     first = faiss.index_binary_factory(8 * codes.shape[1], index)
     if not first.is_trained:
-        rng = np.random.default_rng(seed)
-        n_train = len(codes) if train_size is None else min(train_size, len(codes))
-        first.train(codes[np.sort(rng.choice(len(codes), size=n_train, replace=False))])
+        first.train(codes[_training_rows(len(codes), train_size, seed)])
     first.add(codes)
     if search_params:
         for item in str(search_params).split(","):
@@ -851,8 +855,7 @@ def evaluate_retrieval(
     batch_record = batch_dependence_record(model, batch_size, name=retrieval_set.name)
     hashing = BinaryCodes(model) if is_binary_index(index) else None
     if hashing is not None and refine is None:
-        raise ConfigError(f"evaluation.index={index} is a binary first stage: give the shortlist its Hamming search "
-                          "returns for the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
+        raise ConfigError(binary_refine_message(index))
     start = time.perf_counter()
     extract = dict(batch_size=batch_size, num_workers=num_workers, device=device, dtype=dtype,
                    autocast_dtype=autocast_dtype, progress=progress)

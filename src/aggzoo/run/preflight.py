@@ -43,7 +43,13 @@ from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unread
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError, PreflightError, UserError
 from aggzoo.evaluation.postprocess import SuperGlobalRerank
-from aggzoo.evaluation.retrieval import check_metric, is_binary_index, ks_beyond_database, rerank_metric_check
+from aggzoo.evaluation.retrieval import (
+    binary_refine_message,
+    check_metric,
+    is_binary_index,
+    ks_beyond_database,
+    rerank_metric_check,
+)
 from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
@@ -374,8 +380,7 @@ def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) 
             problems.append(f"evaluation.index={index} is not a FAISS binary index string ({_faiss_reason(err)}); "
                             "e.g. evaluation.index=BFlat (exhaustive Hamming search)")
         if options.get("refine") is None:
-            problems.append(f"evaluation.index={index} is a binary first stage: give the shortlist its Hamming search "
-                            "returns for the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
+            problems.append(binary_refine_message(index))
     elif faiss is not None and isinstance(index, str):
         try:
             probe = faiss.index_factory(int(out_dim), index,
