@@ -23,7 +23,7 @@ import logging
 from typing import Any
 
 import lightning as L
-from torch import Tensor
+from torch import Tensor, nn
 
 from aggzoo.hub.io import ENSEMBLING_KEY, is_ensembling_alpha
 
@@ -54,8 +54,13 @@ class WeightEnsembling(L.Callback):
         # After every on_fit_start (the heads' data-driven initialisation), before the first step. A
         # resumed run keeps the start its checkpoint recorded (on_load_checkpoint runs before this).
         if self.enabled and self.start is None:
-            self.start = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.model.state_dict().items()
-                          if v.is_floating_point()}
+            # Only what training can change: frozen parameters equal their start, and a key the record
+            # lacks stays as trained (hub.io.ensembled_state), so keeping them would only grow every
+            # checkpoint (a frozen DINOv2 ViT-L is 1.2 GB). Floating buffers (BatchNorm statistics) are kept.
+            model = pl_module.model
+            trainable = {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+            self.start = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict(keep_vars=True).items()
+                          if v.is_floating_point() and (k in trainable or not isinstance(v, nn.Parameter))}
             log.info("weight ensembling: kept the starting weights (%d tensors); checkpoints record "
                      "alpha=%g", len(self.start), self.alpha)
 

@@ -77,13 +77,18 @@ _RERANK_NOTE = ("Two-branch figures: the Hamming top 100 of the 512-bit codes re
 _SCRIPT = {False: "train.py", True: "train_rerank.py (from the float model, hashing branch only)"}
 
 
+def _hashing(hashing: bool) -> dict[str, bool]:
+    """The head's ``hashing`` keyword when it differs from the default (the head spec states only what differs)."""
+    return {"hashing": True} if hashing else {}
+
+
 def _release(filename: str, size: str, out_dim: int, metrics: Mapping[str, float], *, rerank: bool) -> PretrainedCfg:
     return PretrainedCfg(
         url=_RELEASE + filename,
         hf_hub_id="fenglu96/SelaVPRplusplus", hf_hub_filename=filename,
         filename=filename,
         remap=convert_selavprpp,
-        model_kwargs={"hashing": True} if rerank else {},
+        model_kwargs=_hashing(rerank),
         input_size=(3, SELAVPRPP_EVAL_SIZE, SELAVPRPP_EVAL_SIZE), interpolation="bicubic", out_dim=out_dim,
         recipe=(f"Lu-Feng/SelaVPRplusplus {_SCRIPT[rerank]} on the unified dataset (SF-XL + MSLS cities + "
                 f"Pitts30k), DINOv2 {size}, 120 places x 4, 224, "
@@ -112,11 +117,6 @@ pretrained_cfgs = {
     "selavprpp_dinov2_vitl14.official_rerank": _release("SelaVPRplusplus_large_rerank.pth", "ViT-L/14", 4096,
                                                         _figures(94.4, 94.5, 97.2), rerank=True),
 }
-
-
-def _hashing(hashing: bool) -> dict[str, bool]:
-    """The head's ``hashing`` keyword when it differs from the default (the head spec states only what differs)."""
-    return {"hashing": True} if hashing else {}
 
 
 @register_model

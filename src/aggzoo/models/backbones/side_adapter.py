@@ -57,7 +57,6 @@ class SideAdapterViT(AdaptedViT):
         if not 0 <= start_block < depth:
             raise ValueError(f"start_block must be in [0, {depth}) for a {depth}-block ViT, got {start_block}")
         self.start_block = start_block
-        self.hashing = hashing
         count = depth - start_block
         self.adapters = nn.ModuleList(MultiConvAdapter(self.out_channels) for _ in range(count))
         self.adapters_hashing = (nn.ModuleList(MultiConvAdapter(self.out_channels) for _ in range(count))
