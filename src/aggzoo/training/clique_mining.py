@@ -59,7 +59,8 @@ from aggzoo.evaluation.retrieval import extract_descriptors
 from aggzoo.training.samplers import EpochKeyedDataset, PlaceBatchSampler, sample_seed
 
 __all__ = ["CliqueMiner", "CliqueMiningOptions", "CliqueKeyedDataset", "CliquePlaceBatchSampler", "collate_halves",
-           "describe_places", "gsv_clique_inputs", "local_metric_coordinates", "similar_place_probabilities"]
+           "clique_image_paths", "describe_places", "gsv_clique_inputs", "local_metric_coordinates",
+           "similar_place_probabilities"]
 
 EARTH_RADIUS_M = 6_371_008.8  # mean Earth radius (IUGG)
 
@@ -87,6 +88,19 @@ def local_metric_coordinates(lat_lon: np.ndarray) -> np.ndarray:
     return np.stack([east, north], axis=1)
 
 
+def _images_by_place(dataset: GSVCitiesDataset) -> Iterator[tuple[int, Any]]:
+    """``(item index of the place, image record)`` over every image of the training places, in the one
+    order the image indices of clique mining refer to."""
+    for index, place_id in enumerate(dataset.place_ids):
+        for image in dataset.places[int(place_id)]:
+            yield index, image
+
+
+def clique_image_paths(dataset: GSVCitiesDataset) -> list[Path]:
+    """The image paths of :func:`gsv_clique_inputs` alone (what the clique batches' loader reads)."""
+    return [image.path for _, image in _images_by_place(dataset)]
+
+
 def gsv_clique_inputs(dataset: GSVCitiesDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Path]]:
     """What :class:`CliqueMiner` needs from a GSV-Cities training set, over all images of its places.
 
@@ -94,11 +108,10 @@ def gsv_clique_inputs(dataset: GSVCitiesDataset) -> tuple[np.ndarray, np.ndarray
     metres (one local plane per city) and the ``M`` image paths.
     """
     place_of_image, paths, lat_lon = [], [], []
-    for index, place_id in enumerate(dataset.place_ids):
-        for image in dataset.places[int(place_id)]:
-            place_of_image.append(index)
-            paths.append(image.path)
-            lat_lon.append((image.lat, image.lon))
+    for index, image in _images_by_place(dataset):
+        place_of_image.append(index)
+        paths.append(image.path)
+        lat_lon.append((image.lat, image.lon))
     coords = np.array(lat_lon, dtype=np.float64)
     if not np.isfinite(coords).all():
         raise DatasetFormatError(f"clique mining needs lat/lon for every image of {dataset.root / 'Dataframes'}; "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning.pytorch as L
@@ -20,6 +20,7 @@ from aggzoo.training.clique_mining import (
     CliqueMiner,
     CliqueMiningOptions,
     CliquePlaceBatchSampler,
+    clique_image_paths,
     collate_halves,
     describe_places,
     gsv_clique_inputs,
@@ -113,11 +114,13 @@ class VPRDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         world_size, rank = self._world()
         if self.clique_mining is not None:
-            return self._clique_dataloader(world_size, rank)
-        self.train_sampler = PlaceBatchSampler(len(self.train_dataset), places_per_batch=self.places_per_batch,
-                                               num_replicas=world_size, rank=rank, seed=self.seed)
-        return ResumableDataLoader(EpochKeyedDataset(self.train_dataset, seed=self.seed),
-                                   batch_size=self.train_sampler.local_places, sampler=self.train_sampler,
+            dataset, batch_size, collate = self._clique_sampling(world_size, rank)
+        else:
+            self.train_sampler = PlaceBatchSampler(len(self.train_dataset), places_per_batch=self.places_per_batch,
+                                                   num_replicas=world_size, rank=rank, seed=self.seed)
+            dataset, batch_size, collate = (EpochKeyedDataset(self.train_dataset, seed=self.seed),
+                                            self.train_sampler.local_places, None)
+        return ResumableDataLoader(dataset, batch_size=batch_size, sampler=self.train_sampler, collate_fn=collate,
                                    num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
                                    pin_memory=torch.cuda.is_available(), generator=self._generator())
 
@@ -158,7 +161,9 @@ class VPRDataModule(L.LightningDataModule):
                             similar_places=options.similar_places, threshold=options.threshold)
         return miner.batches(options.num_batches, seed=self.seed, progress=None)
 
-    def _clique_dataloader(self, world_size: int, rank: int) -> DataLoader:
+    def _clique_sampling(self, world_size: int, rank: int) -> tuple[Dataset, int, Callable]:
+        """The clique batches' dataset, batch size (places and cliques) and collate function; sets
+        :attr:`train_sampler`, mining the pool first when this fit has none."""
         assert self.clique_mining is not None
         if self.clique_pool is None:
             # Rank 0 builds, every rank receives the same pool (descriptors may differ in the last bit across
@@ -177,12 +182,8 @@ class VPRDataModule(L.LightningDataModule):
         self.train_sampler = CliquePlaceBatchSampler(
             len(self.train_dataset), pool=self.clique_pool, batches_per_epoch=self.clique_mining.batches_per_epoch,
             places_per_batch=self.places_per_batch, num_replicas=world_size, rank=rank, seed=self.seed)
-        paths = gsv_clique_inputs(self.train_dataset)[3]
-        return ResumableDataLoader(CliqueKeyedDataset(self.train_dataset, paths, seed=self.seed),
-                                   batch_size=2 * self.train_sampler.local_places, sampler=self.train_sampler,
-                                   collate_fn=collate_halves, num_workers=self.num_workers,
-                                   persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available(),
-                                   generator=self._generator())
+        dataset = CliqueKeyedDataset(self.train_dataset, clique_image_paths(self.train_dataset), seed=self.seed)
+        return dataset, 2 * self.train_sampler.local_places, collate_halves
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:
         world_size, rank = self._world()
