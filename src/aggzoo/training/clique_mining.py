@@ -286,10 +286,11 @@ class CliquePlaceBatchSampler(PlaceBatchSampler):
     def __iter__(self) -> Iterator[tuple]:
         epoch, places = self.epoch, iter(super().__iter__())
         lo, hi = self.rank * self.local_places, (self.rank + 1) * self.local_places
+        order = self.clique_order(epoch)  # once per epoch, not per batch (clique_batch's rows)
         for batch in range(self.start_batch, self.num_batches):
             for _ in range(self.local_places):
                 yield next(places)
-            slots = self.clique_batch(epoch, batch)
+            slots = self.pool[order[batch % self.per_epoch]]
             for slot in range(lo, hi):
                 yield (epoch, self.num_places + batch * self.places_per_batch + slot, slot,
                        tuple(int(i) for i in slots[slot]))
