@@ -158,8 +158,12 @@ def test_two_branch_evaluation_on_image_files(tmp_path: Path) -> None:
         return torch.from_numpy(rgb).permute(2, 0, 1).float() / 255.0
 
     m = 3
+    passes: list[int] = []  # images entering the frozen ViT's first block
+    hook = model.backbone.model.blocks[0].register_forward_pre_hook(lambda _, args: passes.append(len(args[0])))
     (result,) = evaluate_benchmarks(model, [retrieval_set], transform, index="BFlat", refine=m, ks=(1, 2),
                                     batch_size=4, pictures=False)
+    hook.remove()
+    assert sum(passes) == 6 + 3  # one ViT pass per image gives both the float descriptor and the codes
     # independently: codes and float descriptors of both splits, Hamming top m (ties: any), float order
     codes = [extract_descriptors(BinaryCodes(model), split, transform).astype(np.int64)
              for split in (retrieval_set.database_paths, retrieval_set.query_paths)]
@@ -172,6 +176,12 @@ def test_two_branch_evaluation_on_image_files(tmp_path: Path) -> None:
         scores = floats[0] @ floats[1][i]
         assert scores[row[0]] >= scores[row[1]]
     assert result.recalls[1] >= 2 / 3  # the two queries that are database images find themselves
+    (on_disk,) = evaluate_benchmarks(model, [retrieval_set], transform, index="BFlat", refine=m, ks=(1, 2),
+                                     batch_size=4, pictures=False, refine_store="disk", store_dir=tmp_path / "store")
+    np.testing.assert_array_equal(on_disk.predictions, result.predictions)
+    stored = np.load(tmp_path / "store" / "tiny_database.npy")  # [N, D + bits]: the descriptors, then the codes
+    np.testing.assert_allclose(stored[:, :24], floats[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(stored[:, 24:], codes[0])
     float_model = VPRModel(SideAdapterViT(VIT, **TINY), functools.partial(SelaVPRpp, out_dim=24))
     with pytest.raises(ConfigError, match="official_rerank"):
         evaluate_benchmarks(float_model, [retrieval_set], transform, index="BFlat", refine=m, ks=(1,), pictures=False)

@@ -254,9 +254,13 @@ class BinaryCodes(nn.Module):
 
     The model's head gives ``binary_codes(features)`` (SelaVPR++ built with ``hashing=True``), on the features of
     the backbone's hashing side path (``backbone.forward_hashing``) where it has one, else on its features.
+
+    ``with_descriptors=True``: ``[B, D + bits]``, the model's float descriptor and then the codes, from one pass of
+    the backbone (``backbone.forward_branches`` where it has one: the frozen ViT runs once for both side paths);
+    :meth:`split` separates the two.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, *, with_descriptors: bool = False) -> None:
         super().__init__()
         head = getattr(model, "head", None)
         if not callable(getattr(head, "binary_codes", None)) or not getattr(head, "bits", 0):
@@ -266,6 +270,7 @@ class BinaryCodes(nn.Module):
                               "(evaluation.index=Flat)")
         self.model = model
         self.bits = int(head.bits)
+        self.with_descriptors = with_descriptors
         self.train(model.training)
 
     def features(self, images: torch.Tensor) -> Features:
@@ -273,8 +278,27 @@ class BinaryCodes(nn.Module):
         hashing = getattr(backbone, "forward_hashing", None)
         return hashing(images) if callable(hashing) else backbone(images)
 
+    def branch_features(self, images: torch.Tensor) -> tuple[Features, Features]:
+        """``(float features, hashing features)`` of one backbone pass."""
+        backbone = self.model.backbone
+        branches = getattr(backbone, "forward_branches", None)
+        if callable(branches):
+            return branches(images)
+        features = backbone(images)
+        return features, features
+
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.model.head.binary_codes(self.features(images))
+        if not self.with_descriptors:
+            return self.model.head.binary_codes(self.features(images))
+        float_features, hashing_features = self.branch_features(images)
+        descriptors = self.model.head(float_features)
+        codes = self.model.head.binary_codes(hashing_features)
+        return torch.cat([descriptors, codes.to(descriptors.dtype)], dim=1)
+
+    def split(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``[N, D + bits]`` rows of the ``with_descriptors`` output -> (``[N, D]`` descriptors, a view -- of the
+        memory-mapped file too -- and ``[N, bits / 8]`` packed codes, :func:`pack_codes`)."""
+        return rows[:, :-self.bits], pack_codes(rows[:, -self.bits:])
 
 
 # -- search ----------------------------------------------------------------------------------------
@@ -840,8 +864,9 @@ def evaluate_retrieval(
             database descriptors are written to a memory-mapped ``<name>_database.npy`` (in ``dtype``) under
             ``store_dir`` (default a temporary folder, removed afterwards) and never held in RAM whole.
         index: as in :func:`search`; a FAISS binary index (``"BFlat"``) shortlists by the Hamming distance of
-            the model's binary codes (:class:`BinaryCodes`, extracted in a second pass over both splits), and
-            ``refine`` (required) candidates are re-scored by the float descriptors (SelaVPR++: ``refine=100``).
+            the model's binary codes (:class:`BinaryCodes`, extracted with the float descriptors in the same pass:
+            the store file then holds ``[N, D + bits]``, the codes last), and ``refine`` (required) candidates are
+            re-scored by the float descriptors (SelaVPR++: ``refine=100``).
         progress: tqdm bars over the extraction batches (``None``: only on a terminal).
         extractor: what extracts the descriptors, called as :func:`extract_descriptors` (the default), e.g.
             :class:`aggzoo.training.sharded_extraction.ShardedExtractor` (sharded across DDP ranks).
@@ -853,7 +878,7 @@ def evaluate_retrieval(
     """
     rerank_metric_check(rerank, metric)
     batch_record = batch_dependence_record(model, batch_size, name=retrieval_set.name)
-    hashing = BinaryCodes(model) if is_binary_index(index) else None
+    hashing = BinaryCodes(model, with_descriptors=True) if is_binary_index(index) else None
     if hashing is not None and refine is None:
         raise ConfigError(binary_refine_message(index))
     start = time.perf_counter()
@@ -866,17 +891,17 @@ def evaluate_retrieval(
             folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{retrieval_set.name}_database.npy" if on_disk else None
         extract_fn = extractor if extractor is not None else extract_descriptors
-        database = extract_fn(model, retrieval_set.database_paths, transform, out_path=path,
+        # with a binary first stage, one pass gives each image's float descriptor and its codes side by side
+        # (exact in any float dtype: +-1), split afterwards; the store file then holds both
+        net = hashing if hashing is not None else model
+        database = extract_fn(net, retrieval_set.database_paths, transform, out_path=path,
                               desc=f"{retrieval_set.name} database", **extract)
-        queries = extract_fn(model, retrieval_set.query_paths, transform,
+        queries = extract_fn(net, retrieval_set.query_paths, transform,
                              desc=f"{retrieval_set.name} queries", **extract)
         codes = None
-        if hashing is not None:  # the model's second descriptor: {-1, +1} codes, exact in int8, packed
-            binary = {**extract, "dtype": np.int8}
-            codes = tuple(pack_codes(extract_fn(hashing, paths, transform, desc=f"{retrieval_set.name} {split} codes",
-                                                **binary))
-                          for split, paths in (("database", retrieval_set.database_paths),
-                                               ("queries", retrieval_set.query_paths)))
+        if hashing is not None:
+            (database, database_codes), (queries, query_codes) = hashing.split(database), hashing.split(queries)
+            codes = (database_codes, query_codes)
         if whitening is not None:
             queries = whitening(queries)
             database = _map_rows(whitening, database, folder / f"{retrieval_set.name}_database_whitened.npy" if on_disk else None)
