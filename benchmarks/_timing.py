@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 
@@ -19,6 +19,24 @@ def median_seconds(fn: Callable[[], object], repeats: int, *, warmup: bool = Tru
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def interleaved_seconds(fns: Mapping[str, Callable[[], object]], repeats: int, *,
+                        warmup: bool = True) -> dict[str, list[float]]:
+    """Wall seconds of ``repeats`` rounds, each calling every one of ``fns`` once in order (after one untimed
+    round when ``warmup``): a shared machine that slows down or speeds up between rounds then shifts every
+    entry of a round alike, so per-round ratios against a baseline entry cancel the drift that timing each
+    entry's runs back to back would put into the ratio."""
+    if warmup:
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def write_random_jpegs(folder: str | Path, count: int, *, seed: int = 0, size: tuple[int, int] = (480, 640)) -> list[Path]:

@@ -12,10 +12,13 @@ Extraction: a real model (``--backbone``, default the ImageNet EfficientNet-Lite
 ``--images`` synthetic JPEGs (480x640, written to a temporary folder), through
 :func:`aggzoo.evaluation.retrieval.extract_descriptors` (read -> resize -> normalise -> forward; ``--workers``
 counts its DataLoader workers, ``auto`` its default, :func:`aggzoo.data.workers.loader_workers`), images/s,
-median of ``--repeats`` runs after a warm-up; the baseline, measured in the same run, is a true lower
+median of ``--repeats`` rounds after a warm-up; the baseline, measured in the same rounds, is a true lower
 bound: the forward pass alone on the very batches the pipeline builds (same images, dtype, memory format
 and batch sizes), decoded beforehand, under the same eval and inference modes, descriptors copied to
-NumPy as the pipeline does -- so the ratio is the cost of reading and resizing. (It used to run on
+NumPy as the pipeline does -- so the ratio is the cost of reading and resizing. Each round times the
+forward and then every pipeline once, and the ratio is the median of the rounds' ratios (a shared machine's
+speed drifts by several per cent over a minute; timing all forwards before all pipelines put that drift
+into the ratio). (It used to run on
 ``torch.rand`` batches: other values, an untimed warm-up only for itself; it came out slower than the
 pipeline it bounds.) Each ``--extraction-variants`` entry (``fp32``, ``channels_last``, ``bf16`` / ``fp16``
 autocast) is timed with its own forward-only baseline; ``--precision-model`` adds the recall of
@@ -57,6 +60,7 @@ import argparse
 import functools
 import itertools
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -67,7 +71,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from _timing import median_seconds, write_random_jpegs
+from _timing import interleaved_seconds, median_seconds, write_random_jpegs
 
 from aggzoo.evaluation.retrieval import build_index, recall_at_k, search
 
@@ -121,21 +125,25 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
                 finally:
                     model.to(memory_format=torch.contiguous_format)
 
-            forward_rate = num_images / median_seconds(forward_only, repeats)
+            pipelines = {n_workers: functools.partial(
+                extract_descriptors, model, paths, transform, batch_size=batch_size, num_workers=n_workers,
+                autocast_dtype=autocast, channels_last=channels_last, progress=False) for n_workers in workers}
+            # rounds of (forward, each pipeline): the ratio is the median of the per-round ratios, so that the
+            # machine's drift between rounds cancels (timing all forwards first and then all pipelines did not)
+            times = interleaved_seconds({"forward": forward_only, **pipelines}, repeats)
+            forward_rate = num_images / statistics.median(times["forward"])
             rows.append((f"{variant}: forward only (decoded batches)", forward_rate, 1.0))
-            print(f"{rows[-1][0]:<50} {forward_rate:>9.1f}", file=sys.stderr, flush=True)  # progress of long runs
             for n_workers in workers:
-                seconds = median_seconds(functools.partial(
-                    extract_descriptors, model, paths, transform, batch_size=batch_size, num_workers=n_workers,
-                    autocast_dtype=autocast, channels_last=channels_last, progress=False), repeats)
-                rate = num_images / seconds
+                rate = num_images / statistics.median(times[n_workers])
+                ratio = statistics.median(f / t for f, t in zip(times["forward"], times[n_workers]))
                 label = f"{n_workers} workers" if n_workers is not None else \
                     f"default workers ({loader_workers(None, num_images)})"
-                rows.append((f"{variant}: extract_descriptors, {label}", rate, rate / forward_rate))
-                print(f"{rows[-1][0]:<50} {rate:>9.1f} {rate / forward_rate:>10.2f}x", file=sys.stderr, flush=True)
+                rows.append((f"{variant}: extract_descriptors, {label}", rate, ratio))
+            for name, rate, ratio in rows[-1 - len(workers):]:  # progress of long runs
+                print(f"{name:<50} {rate:>9.1f} {ratio:>10.2f}x", file=sys.stderr, flush=True)
     out = [f"Extraction: {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs "
-           f"480x640, torch threads {torch.get_num_threads()}; medians of {repeats} after a warm-up; each "
-           "pipeline row against the forward of its own variant",
+           f"480x640, torch threads {torch.get_num_threads()}; {repeats} interleaved rounds after a warm-up, "
+           "median images/s; vs forward: the median of the rounds' ratios to the forward of the same variant",
            f"{'pipeline':<50} {'images/s':>9} {'vs forward':>11}"]
     out += [f"{name:<50} {rate:>9.1f} {ratio:>10.2f}x" for name, rate, ratio in rows]
     return "\n".join(out)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import median_seconds, write_random_jpegs
+from _timing import interleaved_seconds, write_random_jpegs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +119,7 @@ def check_extraction(backbone: str, image_size: int, num_images: int, batch_size
     model = VPRModel(TimmBackbone(backbone, pretrained=False), GeM).eval().to(device)
     transform = eval_transform((image_size, image_size))
     lines = [f"  {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs 480x640, "
-             f"{workers} workers, {torch.cuda.get_device_name(0)}; medians of {repeats}"]
+             f"{workers} workers, {torch.cuda.get_device_name(0)}; {repeats} interleaved rounds, medians"]
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_random_jpegs(tmp, num_images)
         batches = [images.to(device) for images, _ in DataLoader(ImageListDataset(paths, transform),
@@ -136,11 +137,13 @@ def check_extraction(backbone: str, image_size: int, num_images: int, batch_size
                 return extract_descriptors(model, paths, transform, batch_size=batch_size, num_workers=workers,
                                            device=device, autocast_dtype=dtype, progress=False)
 
-            forward = num_images / median_seconds(forward_only, repeats)
-            full = num_images / median_seconds(pipeline, repeats)
+            times = interleaved_seconds({"forward": forward_only, "pipeline": pipeline}, repeats)
+            forward = num_images / statistics.median(times["forward"])
+            full = num_images / statistics.median(times["pipeline"])
+            ratio = statistics.median(f / t for f, t in zip(times["forward"], times["pipeline"]))
             descriptors[name] = pipeline()
             lines.append(f"  {name}: forward only {forward:8.1f} images/s, extract_descriptors {full:8.1f} images/s "
-                         f"({full / forward:.2f}x of the forward)")
+                         f"({ratio:.2f}x of the forward, median of the rounds' ratios)")
     a, b = descriptors["fp32"], descriptors["bf16"]
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     lines.append(f"  fp32 vs bf16 descriptors: cosine min {cos.min():.5f}, mean {cos.mean():.5f}")
