@@ -83,6 +83,11 @@ TRAIN_ROWS = 10_000
 # ------------------------------------------------------------------------------------------- extraction
 
 
+def _extraction_row(name: str, rate: float, ratio: float, spread: str) -> str:
+    """One line of the extraction table; ``spread``: the lowest and highest of the rounds' ratios."""
+    return f"{name:<50} {rate:>9.1f} {ratio:>10.2f}x {spread:>10}"
+
+
 def extraction_table(backbone: str, image_size: int, num_images: int, batch_size: int, repeats: int,
                      workers: Sequence[int | None] = (0, None), variants: Sequence[str] = ("fp32",)) -> str:
     """Images/s of :func:`extract_descriptors` against the bare forward, per variant (``fp32``,
@@ -132,20 +137,22 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
             # machine's drift between rounds cancels (timing all forwards first and then all pipelines did not)
             times = interleaved_seconds({"forward": forward_only, **pipelines}, repeats)
             forward_rate = num_images / statistics.median(times["forward"])
-            rows.append((f"{variant}: forward only (decoded batches)", forward_rate, 1.0))
+            rows.append((f"{variant}: forward only (decoded batches)", forward_rate, 1.0, ""))
             for n_workers in workers:
                 rate = num_images / statistics.median(times[n_workers])
-                ratio = statistics.median(f / t for f, t in zip(times["forward"], times[n_workers]))
+                ratios = sorted(f / t for f, t in zip(times["forward"], times[n_workers]))
+                ratio = statistics.median(ratios)
+                spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}" if len(ratios) > 1 else ""
                 label = f"{n_workers} workers" if n_workers is not None else \
                     f"default workers ({loader_workers(None, num_images)})"
-                rows.append((f"{variant}: extract_descriptors, {label}", rate, ratio))
-            for name, rate, ratio in rows[-1 - len(workers):]:  # progress of long runs
-                print(f"{name:<50} {rate:>9.1f} {ratio:>10.2f}x", file=sys.stderr, flush=True)
+                rows.append((f"{variant}: extract_descriptors, {label}", rate, ratio, spread))
+            for row in rows[-1 - len(workers):]:  # progress of long runs
+                print(_extraction_row(*row), file=sys.stderr, flush=True)
     out = [f"Extraction: {backbone} + GeM at {image_size}x{image_size}, batch {batch_size}, {num_images} JPEGs "
            f"480x640, torch threads {torch.get_num_threads()}; {repeats} interleaved rounds after a warm-up, "
            "median images/s; vs forward: the median of the rounds' ratios to the forward of the same variant",
-           f"{'pipeline':<50} {'images/s':>9} {'vs forward':>11}"]
-    out += [f"{name:<50} {rate:>9.1f} {ratio:>10.2f}x" for name, rate, ratio in rows]
+           f"{'pipeline':<50} {'images/s':>9} {'vs forward':>11} {'rounds':>10}"]
+    out += [_extraction_row(*row) for row in rows]
     return "\n".join(out)
 
 
