@@ -192,3 +192,23 @@ def test_preflight_checks_the_binary_first_stage_before_extraction() -> None:
     (missing,) = evaluation_option_problems({"index": "BFlat"}, 2048)
     assert "evaluation.refine=100" in missing
     assert any("binary index string" in p for p in evaluation_option_problems({"index": "BFlatx", "refine": 100}, 2048))
+
+
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_descriptors_and_codes_equal_the_model_and_its_hashing_branch(one_pass: bool) -> None:
+    """BinaryCodes(with_descriptors=True) is [model(x) | BinaryCodes(model)(x)], from forward_branches' one pass
+    or, for a backbone without it, from its forward and forward_hashing."""
+    torch.manual_seed(0)
+    model = VPRModel(SideAdapterViT(VIT, hashing=True, **TINY), functools.partial(SelaVPRpp, out_dim=24, hashing=True,
+                                                                                   bits=16)).eval()
+    _randomise_adapters(model.backbone.adapters, 6)
+    _randomise_adapters(model.backbone.adapters_hashing, 7)
+    if not one_pass:
+        model.backbone.forward_branches = None  # a backbone with a hashing path but no two-branch forward
+    images = torch.randn(3, 3, 28, 28)
+    both = BinaryCodes(model, with_descriptors=True)
+    with torch.no_grad():
+        rows = both(images).numpy()
+        descriptors, codes = both.split(rows)
+        np.testing.assert_allclose(descriptors, model(images).numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(codes, pack_codes(BinaryCodes(model)(images).numpy()))

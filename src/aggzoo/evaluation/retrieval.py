@@ -279,11 +279,14 @@ class BinaryCodes(nn.Module):
         return hashing(images) if callable(hashing) else backbone(images)
 
     def branch_features(self, images: torch.Tensor) -> tuple[Features, Features]:
-        """``(float features, hashing features)`` of one backbone pass."""
+        """``(float features, hashing features)``: one backbone pass where ``backbone.forward_branches`` gives
+        both, else the backbone's features and :meth:`features`."""
         backbone = self.model.backbone
         branches = getattr(backbone, "forward_branches", None)
         if callable(branches):
             return branches(images)
+        if callable(getattr(backbone, "forward_hashing", None)):
+            return backbone(images), self.features(images)
         features = backbone(images)
         return features, features
 
