@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -21,8 +21,8 @@ def median_seconds(fn: Callable[[], object], repeats: int, *, warmup: bool = Tru
     return statistics.median(times)
 
 
-def interleaved_seconds(fns: Mapping[str, Callable[[], object]], repeats: int, *,
-                        warmup: bool = True) -> dict[str, list[float]]:
+def interleaved_seconds(fns: Mapping[Hashable, Callable[[], object]], repeats: int, *,
+                        warmup: bool = True) -> dict[Hashable, list[float]]:
     """Wall seconds of ``repeats`` rounds, each calling every one of ``fns`` once in order (after one untimed
     round when ``warmup``): a shared machine that slows down or speeds up between rounds then shifts every
     entry of a round alike, so per-round ratios against a baseline entry cancel the drift that timing each
@@ -30,13 +30,19 @@ def interleaved_seconds(fns: Mapping[str, Callable[[], object]], repeats: int, *
     if warmup:
         for fn in fns.values():
             fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
+    times: dict[Hashable, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def round_ratios(times: Mapping[Hashable, Sequence[float]], baseline: Hashable, name: Hashable) -> list[float]:
+    """``baseline``'s seconds over ``name``'s, round by round (:func:`interleaved_seconds`), sorted: the speed of
+    ``name`` as a fraction of the baseline's, with the machine's drift between rounds cancelled."""
+    return sorted(b / t for b, t in zip(times[baseline], times[name]))
 
 
 def write_random_jpegs(folder: str | Path, count: int, *, seed: int = 0, size: tuple[int, int] = (480, 640)) -> list[Path]:

@@ -71,7 +71,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from _timing import interleaved_seconds, median_seconds, write_random_jpegs
+from _timing import interleaved_seconds, median_seconds, round_ratios, write_random_jpegs
 
 from aggzoo.evaluation.retrieval import build_index, recall_at_k, search
 
@@ -140,7 +140,7 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
             rows.append((f"{variant}: forward only (decoded batches)", forward_rate, 1.0, ""))
             for n_workers in workers:
                 rate = num_images / statistics.median(times[n_workers])
-                ratios = sorted(f / t for f, t in zip(times["forward"], times[n_workers]))
+                ratios = round_ratios(times, "forward", n_workers)
                 ratio = statistics.median(ratios)
                 spread = f"{ratios[0]:.2f}-{ratios[-1]:.2f}" if len(ratios) > 1 else ""
                 label = f"{n_workers} workers" if n_workers is not None else \

@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _timing import interleaved_seconds, write_random_jpegs
+from _timing import interleaved_seconds, round_ratios, write_random_jpegs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,7 +140,7 @@ def check_extraction(backbone: str, image_size: int, num_images: int, batch_size
             times = interleaved_seconds({"forward": forward_only, "pipeline": pipeline}, repeats)
             forward = num_images / statistics.median(times["forward"])
             full = num_images / statistics.median(times["pipeline"])
-            ratio = statistics.median(f / t for f, t in zip(times["forward"], times["pipeline"]))
+            ratio = statistics.median(round_ratios(times, "forward", "pipeline"))
             descriptors[name] = pipeline()
             lines.append(f"  {name}: forward only {forward:8.1f} images/s, extract_descriptors {full:8.1f} images/s "
                          f"({ratio:.2f}x of the forward, median of the rounds' ratios)")
