@@ -210,12 +210,9 @@ def test_only_the_factory_of_the_hub_imports_the_zoo() -> None:
     assert not found, "only aggzoo.hub.factory may import aggzoo.zoo:\n  " + "\n  ".join(found)
 
 
-#: Modules outside run/ and cli/ that may import Hydra, and why.
-HYDRA_EXCEPTIONS = {
-    # Benchmark configs are loader nodes ({_target_: aggzoo.data...}); evaluate_benchmarks and
-    # fit_whitening take them as they are. Moving load_benchmark to aggzoo.run would close this.
-    "aggzoo.evaluation.benchmarks": "instantiates benchmark loader nodes",
-}
+#: Modules outside run/ and cli/ that may import Hydra, and why (none since benchmark loader nodes are
+#: instantiated in aggzoo.run.benchmark_config).
+HYDRA_EXCEPTIONS: dict[str, str] = {}
 
 
 def test_only_run_and_cli_import_hydra() -> None:
@@ -258,3 +255,37 @@ def test_one_checkpoint_reader() -> None:
     assert "torch.load" in _calls("aggzoo.hub.io")
     for module, call in OTHER_CHECKPOINT_READS.items():
         assert call in _calls(module), f"{module} no longer calls {call}; remove it from OTHER_CHECKPOINT_READS"
+
+
+#: the most parameters a function of these packages takes: options travel as objects (aggzoo.evaluation.options)
+MAX_PARAMETERS = 8
+
+
+@pytest.mark.parametrize("package", ["aggzoo.evaluation", "aggzoo.run"])
+def test_options_travel_as_objects(package: str) -> None:
+    """No function of evaluation/ or run/ takes more than MAX_PARAMETERS parameters (self and cls not counted)."""
+    wide = []
+    for module in _modules():
+        if not _under(package)(module):
+            continue
+        for node in ast.walk(ast.parse(_modules()[module].read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                count = _parameter_count(node)
+                if count > MAX_PARAMETERS:
+                    wide.append(f"{module}.{node.name}: {count} parameters")
+    assert not wide, f"functions with more than {MAX_PARAMETERS} parameters (group them into an options object):\n  " + \
+        "\n  ".join(wide)
+
+
+def _parameter_count(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = function.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    return len([n for n in names if n not in ("self", "cls")])
+
+
+def test_the_parameter_counter_counts() -> None:
+    """Positional-only, positional, keyword-only and star parameters count; self and cls do not."""
+    tree = ast.parse("def f(a, /, b=1, *c, d, e=2, **f): pass\nclass K:\n    def m(self, x): pass")
+    assert _parameter_count(tree.body[0]) == 6
+    assert _parameter_count(tree.body[1].body[0]) == 1

@@ -143,8 +143,8 @@ def test_training_problems_are_listed_together(tmp_path: Path, resnet: torch.nn.
     broken = _set(tmp_path, [[0], [1]])
     broken.query_paths[1].write_text("not an image")
     with pytest.raises(PreflightError) as info:
-        check_training(model, train_dataset=_Places(5), places_per_batch=8, image_size=(48, 64),
-                       eval_image_size=(320, 320), val_sets={"bench": broken}, test_sets={})
+        check_training(model, train_dataset=_Places(5), places_per_batch=8,
+                       sizes={"data.image_size": (48, 64), "data.eval_image_size": (320, 320)}, val_sets={"bench": broken}, test_sets={})
     message = str(info.value)
     assert message.startswith("cannot start training, 3 problems:\n  1. head MixVPR cannot aggregate")
     assert "\n  2. data.places_per_batch=8 but the training set has only 5 places" in message

@@ -185,7 +185,8 @@ def measure_off_domain(
     from dataclasses import replace
 
     from aggzoo.data.transforms import eval_transform
-    from aggzoo.evaluation.retrieval import evaluate_retrieval
+    from aggzoo.evaluation.loop import evaluate_retrieval
+    from aggzoo.evaluation.options import EvaluationOptions
 
     manifest = Path(path) if path is not None else weights_dir() / MANIFEST_FILE
     entries = read_manifest(manifest)
@@ -209,7 +210,7 @@ def measure_off_domain(
     transform = eval_transform(size, mean=entry.mean, std=entry.std, interpolation=entry.interpolation)
 
     def recalls(net: Any) -> dict[str, float]:
-        result = evaluate_retrieval(net, retrieval_set, transform, ks=OFF_DOMAIN_KS)
+        result = evaluate_retrieval(net, retrieval_set, transform, EvaluationOptions(ks=tuple(OFF_DOMAIN_KS)))
         return {f"R@{k}": round(100.0 * result.recalls[k], 2) for k in OFF_DOMAIN_KS}
 
     record: dict[str, Any] = {"dataset": dataset, "split": split, "image_size": size}

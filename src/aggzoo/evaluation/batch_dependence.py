@@ -4,7 +4,7 @@ CricaVPR's and SuperVLAD's cross-image encoders attend across the images of a ba
 descriptor changes with the images it is extracted with (Lu-Feng/CricaVPR issue 7: shuffled test
 batches take Pitts30k R@1 from 94.8 to about 92). A head declares this with
 :attr:`aggzoo.models.heads.base.Head.batch_dependent`. Extraction
-(:func:`aggzoo.evaluation.retrieval.extract_descriptors`) always runs in file order, database and
+(:func:`aggzoo.evaluation.extraction.extract_descriptors`) always runs in file order, database and
 queries apart (as the authors' test scripts do), so the result is reproducible for one batch size;
 this module names the heads, warns once per evaluation, and gives the fields a result records.
 """
@@ -30,7 +30,7 @@ def batch_dependent_heads(model: nn.Module) -> list[str]:
 
 def batch_dependence_record(model: nn.Module, batch_size: int, *, name: str = "") -> dict[str, Any]:
     """``{}`` for a batch-independent model; otherwise warn and return the ``batch_dependent`` entry
-    a :class:`~aggzoo.evaluation.retrieval.RetrievalResult` stores in its ``extras`` (and its JSON)."""
+    a :class:`~aggzoo.evaluation.result.RetrievalResult` stores in its ``extras`` (and its JSON)."""
     heads = batch_dependent_heads(model)
     if not heads:
         return {}

@@ -31,7 +31,7 @@ import io
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aggzoo.errors import ConfigError
-from aggzoo.evaluation.retrieval import extract_descriptors, recall_at_k
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.metrics.recall import recall_at_k
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions
 
 __all__ = [
     "InstanceTokenRerank",
@@ -123,7 +125,7 @@ def instance_tokens(tokens: Tensor, k: int) -> Tensor:
 
 class InstanceTokens(nn.Module):
     """``images [B, 3, H, W] -> [B, K*C]``: a model's instance tokens, flattened so that the one
-    extraction loop (:func:`~aggzoo.evaluation.retrieval.extract_descriptors`) stores them.
+    extraction loop (:func:`~aggzoo.evaluation.extraction.extract_descriptors`) stores them.
 
     Args:
         model: has ``forward_features(images) -> Features`` (a :class:`~aggzoo.models.vpr_model.VPRModel`).
@@ -133,7 +135,7 @@ class InstanceTokens(nn.Module):
     def __init__(self, model: nn.Module, tokens: int) -> None:
         super().__init__()
         if not callable(getattr(model, "forward_features", None)):
-            raise ConfigError(f"evaluation.rerank=instance_tokens needs the backbone's patch tokens, but "
+            raise ConfigError(f"evaluation.rerank.method=instance_tokens needs the backbone's patch tokens, but "
                               f"{type(model).__name__} has no forward_features; evaluate a plain backbone + head "
                               "model (evaluation.scales=[1.0])")
         self.model = model
@@ -145,15 +147,15 @@ class InstanceTokens(nn.Module):
         return instance_tokens(patch_tokens(self.model.forward_features(images).last), self.tokens).flatten(1)
 
 
-def extract_instance_tokens(model: nn.Module, paths: Sequence[Any], transform: Callable[[np.ndarray], Tensor], *,
-                            tokens: int = 16, out_path: str | Path | None = None, desc: str = "instance tokens",
-                            **extract: Any) -> np.ndarray:
-    """``[N, K, C]`` float16 instance tokens of ``paths`` (a memory-mapped ``.npy`` at ``out_path``).
-
-    ``extract``: ``batch_size``, ``num_workers``, ``device``, ``progress``... of :func:`extract_descriptors`.
-    """
-    flat = extract_descriptors(InstanceTokens(model, tokens), paths, transform, dtype=np.float16,
-                               out_path=out_path, desc=desc, **extract)
+def extract_instance_tokens(model: nn.Module, paths: Sequence[Any], transform: Callable[[np.ndarray], Tensor],
+                            options: ExtractionOptions = ExtractionOptions(), *, tokens: int = 16,
+                            out_path: str | Path | None = None, boxes: Sequence[Any] | None = None) -> np.ndarray:
+    """``[N, K, C]`` float16 instance tokens of ``paths`` (a memory-mapped ``.npy`` at ``out_path``), extracted
+    with ``options`` (batch size, workers, device, progress; stored float16 whatever ``descriptor_dtype`` says)."""
+    options = replace(options, descriptor_dtype="float16")
+    extra = {"boxes": boxes} if boxes is not None else {}
+    flat = extract_descriptors(InstanceTokens(model, tokens), paths, transform, options, out_path=out_path,
+                               desc="instance tokens", **extra)
     shape = (len(flat), tokens, flat.shape[1] // tokens)
     if out_path is None:
         return flat.reshape(shape)
@@ -201,7 +203,7 @@ def late_interaction_scores(queries: Tensor, database: Tensor) -> Tensor:
 class InstanceTokenRerank:
     """Re-rank the single-vector top-``top_m`` by the late-interaction score of ``tokens`` instance tokens.
 
-    ``evaluation.rerank=instance_tokens evaluation.rerank_k=<top_m> evaluation.tokens=<K>``. Candidates past
+    ``evaluation.rerank.method=instance_tokens evaluation.rerank.k=<top_m> evaluation.rerank.tokens=<K>``. Candidates past
     ``top_m`` keep their single-vector order; equal scores keep the shortlist order.
     """
 
@@ -245,20 +247,20 @@ class InstanceTokenRerank:
             out[start:start + self.query_chunk, :m] = np.take_along_axis(ids, order, axis=1)
         return out
 
-    def bind(self, model: nn.Module, retrieval_set: Any, transform: Callable[[np.ndarray], Tensor], *,
-             store_dir: str | Path | None = None, ks: Sequence[int] = (1,), **extract: Any) -> _BoundRerank:
+    def bind(self, model: nn.Module, retrieval_set: Any, transform: Callable[[np.ndarray], Tensor],
+             options: EvaluationOptions = EvaluationOptions()) -> _BoundRerank:
         """The re-ranker of one benchmark, called as :class:`~aggzoo.evaluation.postprocess.SuperGlobalRerank`
         is (``(database, queries, predictions, device) -> predictions``): it extracts both splits' tokens
-        (float16 files ``<name>_{database,queries}_tokens.npy`` under ``store_dir``, default a temporary
-        folder removed afterwards), re-ranks, and records its figures in ``stats``."""
-        return _BoundRerank(self, model, retrieval_set, transform, store_dir, tuple(ks), extract)
+        (float16 files ``<name>_{database,queries}_tokens.npy`` under ``options.search.store_dir``, default a
+        temporary folder removed afterwards), re-ranks, and records its figures in ``stats``."""
+        return _BoundRerank(self, model, retrieval_set, transform, options)
 
 
 class _BoundRerank:
     def __init__(self, spec: InstanceTokenRerank, model: nn.Module, retrieval_set: Any, transform: Any,
-                 store_dir: str | Path | None, ks: tuple[int, ...], extract: dict[str, Any]) -> None:
+                 options: EvaluationOptions) -> None:
         self.spec, self.model, self.set, self.transform = spec, model, retrieval_set, transform
-        self.store_dir, self.ks, self.extract = store_dir, ks, extract
+        self.store_dir, self.ks, self.extraction = options.search.store_dir, tuple(options.ks), options.extraction
         self.top_m = spec.top_m
         self.stats: dict[str, Any] = {}
 
@@ -270,10 +272,12 @@ class _BoundRerank:
             folder.mkdir(parents=True, exist_ok=True)
             start = time.perf_counter()
             splits = {}
-            for split, paths in (("database", self.set.database_paths), ("queries", self.set.query_paths)):
+            boxes = getattr(self.set, "query_boxes", None)
+            for split, paths, split_boxes in (("database", self.set.database_paths, None),
+                                              ("queries", self.set.query_paths, boxes)):
                 splits[split] = extract_instance_tokens(
-                    self.model, paths, self.transform, tokens=self.spec.tokens,
-                    out_path=folder / f"{name}_{split}_tokens.npy", desc=f"{name} {split} tokens", **self.extract)
+                    self.model, paths, self.transform, self.extraction, tokens=self.spec.tokens,
+                    out_path=folder / f"{name}_{split}_tokens.npy", boxes=split_boxes)
             extracted = time.perf_counter()
             reranked = self.spec.rerank(splits["database"], splits["queries"], predictions, device=device)
             done = time.perf_counter()

@@ -5,7 +5,7 @@ F. Lu et al., "Towards Seamless Adaptation of Pre-trained Models for Visual Plac
 ``test.py`` (MIT); re-implemented from them.
 
 Shortlist in, re-ordered shortlist out, like :class:`aggzoo.evaluation.postprocess.SuperGlobalRerank`:
-the first stage is the usual global search (:func:`aggzoo.evaluation.retrieval.search`); for each
+the first stage is the usual global search (:func:`aggzoo.evaluation.search.search`); for each
 query, each of its ``top_k`` candidates is scored by the number of mutual nearest neighbours between
 the query's and the candidate's dense local features (dot products of unit vectors; feature ``i`` of
 the query and ``j`` of the candidate match when each is the other's best), and the shortlist is
@@ -33,7 +33,11 @@ from aggzoo.data.progress import progress_bar
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.data.workers import loader_workers
 from aggzoo.errors import ConfigError
-from aggzoo.evaluation.retrieval import DEFAULT_KS, RetrievalResult, evaluate_retrieval, recall_at_k
+from aggzoo.evaluation.extraction import model_device, open_store
+from aggzoo.evaluation.loop import Stages, evaluate_retrieval
+from aggzoo.evaluation.metrics.recall import recall_at_k
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions
+from aggzoo.evaluation.result import RetrievalResult
 from aggzoo.models.modes import evaluating
 
 __all__ = ["MutualNNRerank", "evaluate_with_local_rerank", "extract_local_features", "mutual_nn_counts"]
@@ -61,7 +65,7 @@ class MutualNNRerank:
 
     def __post_init__(self) -> None:
         if self.top_k < 1:
-            raise ConfigError(f"evaluation.rerank_k={self.top_k}: the shortlist re-ranked by mutual nearest neighbours "
+            raise ConfigError(f"evaluation.rerank.k={self.top_k}: the shortlist re-ranked by mutual nearest neighbours "
                               "must hold at least 1 candidate (SelaVPR: 100)")
 
     @property
@@ -69,17 +73,17 @@ class MutualNNRerank:
         """The shortlist the first stage must return (the name every re-ranker gives it)."""
         return self.top_k
 
-    def bind(self, model: nn.Module, retrieval_set: RetrievalSet, transform: Callable[[np.ndarray], Tensor], *,
-             store_dir: str | Path | None = None, ks: Sequence[int] = (1,), **extract: Any) -> _BoundLocalRerank:
+    def bind(self, model: nn.Module, retrieval_set: RetrievalSet, transform: Callable[[np.ndarray], Tensor],
+             options: EvaluationOptions = EvaluationOptions()) -> _BoundLocalRerank:
         """The re-ranker of one benchmark, called as the search calls any re-ranker
         (``(database, queries, predictions, device) -> predictions``): it extracts both splits' local
-        features (fp16, memory-mapped under ``store_dir`` when given), re-orders the shortlist and records
+        features (fp16, memory-mapped under ``options.search.store_dir`` when given), re-orders the shortlist and records
         its settings, time and the first stage's recalls in ``stats``."""
         if not callable(getattr(getattr(model, "head", None), "local_features", None)):
-            raise ConfigError(f"evaluation.rerank=mutual_nn re-ranks by local features, which "
+            raise ConfigError(f"evaluation.rerank.method=mutual_nn re-ranks by local features, which "
                               f"{type(getattr(model, 'head', model)).__name__} does not give (SelaVPR's head does: "
-                              "head=selavpr); use evaluation.rerank=instance_tokens or superglobal for this model")
-        return _BoundLocalRerank(self, model, retrieval_set, transform, store_dir, tuple(ks), extract)
+                              "head=selavpr); use evaluation.rerank.method=instance_tokens or superglobal for this model")
+        return _BoundLocalRerank(self, model, retrieval_set, transform, options)
 
     def __call__(self, query_local: np.ndarray, database_local: np.ndarray, predictions: np.ndarray, *,
                  device: torch.device | str = "cpu") -> np.ndarray:
@@ -98,11 +102,10 @@ class MutualNNRerank:
 
 class _BoundLocalRerank:
     def __init__(self, spec: MutualNNRerank, model: nn.Module, retrieval_set: RetrievalSet, transform: Any,
-                 store_dir: str | Path | None, ks: tuple[int, ...], extract: dict[str, Any]) -> None:
+                 options: EvaluationOptions) -> None:
         self.spec, self.model, self.set, self.transform = spec, model, retrieval_set, transform
-        self.store_dir, self.ks = store_dir, ks
-        # descriptor options of the search (dtype, autocast) are not local-feature options
-        self.extract = {k: v for k, v in extract.items() if k in ("batch_size", "num_workers", "device", "progress")}
+        self.store_dir, self.ks = options.search.store_dir, tuple(options.ks)
+        self.extraction = options.extraction
         self.top_m = spec.top_k
         self.stats: dict[str, Any] = {}
 
@@ -112,9 +115,8 @@ class _BoundLocalRerank:
         name, folder = self.set.name, Path(self.store_dir) if self.store_dir is not None else None
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
-        local = {split: extract_local_features(self.model, paths, self.transform, desc=f"{name} {split} local",
-                                               out_path=folder / f"{name}_{split}_local.npy" if folder else None,
-                                               **self.extract)
+        local = {split: extract_local_features(self.model, paths, self.transform, self.extraction,
+                                               out_path=folder / f"{name}_{split}_local.npy" if folder else None)
                  for split, paths in (("database", self.set.database_paths), ("queries", self.set.query_paths))}
         reranked = self.spec(local["queries"], local["database"], predictions, device=device or "cpu")
         ks = [k for k in self.ks if k <= predictions.shape[1]]
@@ -127,29 +129,28 @@ class _BoundLocalRerank:
 
 
 def extract_local_features(
-    model: nn.Module, paths: Sequence[str | Any], transform: Callable[[np.ndarray], Tensor], *,
-    batch_size: int = 16, num_workers: int | None = None, device: torch.device | str | None = None,
-    dtype: np.dtype | type = np.float16, out_path: str | Path | None = None, progress: bool | None = None,
-    desc: str = "local features",
+    model: nn.Module, paths: Sequence[str | Any], transform: Callable[[np.ndarray], Tensor],
+    options: ExtractionOptions = ExtractionOptions(batch_size=16), *, out_path: str | Path | None = None,
 ) -> np.ndarray:
     """``[N, L, C]`` local features (``model.head.local_features`` flattened row-major) of ``N`` images,
-    one batch at a time, in ``dtype`` (fp16 by default: 0.9 MB per image at SelaVPR's 3721 x 128), in RAM
-    or memory-mapped at ``out_path``. ``model`` is a VPRModel whose head has ``local_features``."""
+    one batch at a time (``options``: batch size, workers, device, progress), in float16 (0.9 MB per image at
+    SelaVPR's 3721 x 128), in RAM or memory-mapped at ``out_path``. ``model`` is a VPRModel whose head has
+    ``local_features``."""
     head = getattr(model, "head", None)
     if not callable(getattr(head, "local_features", None)):
         raise ValueError(f"local re-ranking needs a head with local_features() (SelaVPR), got {type(head).__name__}")
-    params = next(model.parameters(), None)
-    device = torch.device(device) if device is not None else (params.device if params is not None else torch.device("cpu"))
-    loader = DataLoader(ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False,
-                        num_workers=loader_workers(num_workers, len(paths)))
+    device = options.torch_device or model_device(model)
+    dtype = np.float16
+    loader = DataLoader(ImageListDataset(paths, transform), batch_size=int(options.batch_size), shuffle=False,
+                        num_workers=loader_workers(options.num_workers, len(paths)))
     out: np.ndarray | None = None
-    with evaluating(model), torch.inference_mode(), progress_bar(loader, progress, desc, unit="batch") as batches:
+    bar = progress_bar(loader, options.progress, "local features", unit="batch")
+    with evaluating(model), torch.inference_mode(), bar as batches:
         for images, indices in batches:
             local = head.local_features(model.backbone(images.to(device))).flatten(1, 2)  # [B, L, C]
             if out is None:
                 shape = (len(paths), *local.shape[1:])
-                out = (np.empty(shape, dtype=dtype) if out_path is None
-                       else np.lib.format.open_memmap(out_path, mode="w+", dtype=np.dtype(dtype), shape=shape))
+                out = np.empty(shape, dtype=dtype) if out_path is None else open_store(out_path, dtype, shape)
             out[indices.numpy()] = local.float().cpu().numpy().astype(dtype, copy=False)
     if out is None:
         raise ValueError("no images to extract local features from (empty path list)")
@@ -157,17 +158,13 @@ def extract_local_features(
 
 
 def evaluate_with_local_rerank(
-    model: nn.Module, retrieval_set: RetrievalSet, transform: Callable[[np.ndarray], Tensor], *,
-    rerank: MutualNNRerank = MutualNNRerank(), ks: Sequence[int] = DEFAULT_KS, batch_size: int = 16,
-    num_workers: int | None = None, device: torch.device | str | None = None, progress: bool | None = None,
-    **search_kwargs: Any,
+    model: nn.Module, retrieval_set: RetrievalSet, transform: Callable[[np.ndarray], Tensor],
+    options: EvaluationOptions = EvaluationOptions(), rerank: MutualNNRerank = MutualNNRerank(),
 ) -> RetrievalResult:
     """Global search for a ``rerank.top_k`` shortlist, then :class:`MutualNNRerank` of it (the search's
-    re-ranking stage, as ``eval.py evaluation.rerank=mutual_nn`` runs it); Recall@k of the re-ordered
+    re-ranking stage, as ``eval.py evaluation.rerank.method=mutual_nn`` runs it); Recall@k of the re-ordered
     lists, with the re-ranking's settings, time and the first stage's recalls in ``extras["rerank"]``."""
-    bound = rerank.bind(model, retrieval_set, transform, ks=ks, batch_size=batch_size, num_workers=num_workers,
-                        device=device, progress=progress)
-    result = evaluate_retrieval(model, retrieval_set, transform, ks=ks, batch_size=batch_size, num_workers=num_workers,
-                                device=device, progress=progress, rerank=bound, **search_kwargs)
+    bound = rerank.bind(model, retrieval_set, transform, options)
+    result = evaluate_retrieval(model, retrieval_set, transform, options, Stages(rerank=bound))
     result.extras[rerank.stats_key] = bound.stats
     return result

@@ -1,7 +1,7 @@
 """Place search for one query at a time: what the web demo (``python -m aggzoo.cli.demo``) runs.
 
 A database folder is described once (:func:`load_place_database`), its descriptors extracted and put
-in the one search interface (:func:`~aggzoo.evaluation.retrieval.build_index`, FAISS exact; the torch
+in the one search interface (:func:`~aggzoo.evaluation.index.build_index`, FAISS exact; the torch
 fallback without FAISS), and each query image is answered with its top-k database images, their
 inner-product scores and -- when the file names carry VG-style UTM coordinates
 (``@east@north@...``) -- the distance in metres from the query and whether it counts as correct
@@ -35,7 +35,10 @@ from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images
 from aggzoo.data.transforms import eval_transform
 from aggzoo.data.vg import utm_from_name
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
-from aggzoo.evaluation.retrieval import build_index, extract_descriptors, faiss_available, search_with_scores
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.index import build_index, faiss_available
+from aggzoo.evaluation.options import ExtractionOptions
+from aggzoo.evaluation.search import search_with_scores
 from aggzoo.models.modes import evaluating
 
 __all__ = ["Match", "PlaceDatabase", "PlaceSearch", "load_place_database", "position_from_name", "model_card",
@@ -149,10 +152,10 @@ class PlaceSearch:
                                         std=self.preprocessing["std"], interpolation=self.preprocessing["interpolation"])
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         model.to(self.device)
-        self.descriptors = extract_descriptors(model, database.paths, self.transform, batch_size=batch_size,
-                                               device=self.device, desc="database")  # [N, D]
+        extraction = ExtractionOptions(batch_size=batch_size, device=str(self.device))
+        self.descriptors = extract_descriptors(model, database.paths, self.transform, extraction, desc="database")  # [N, D]
         # Built once, searched for every query; without FAISS the exact torch search takes the matrix.
-        self.index: Any = build_index(self.descriptors) if faiss_available() else "Flat"
+        self.index: Any = build_index(self.descriptors) if faiss_available() else None
 
     def describe(self, image: np.ndarray) -> np.ndarray:
         """``uint8 [H, W, 3]`` RGB -> ``[1, D]`` descriptor."""
@@ -170,7 +173,7 @@ class PlaceSearch:
             position = position if position is not None else position_from_name(image)
             image = read_rgb(image)
         k = max(1, min(int(k), len(self.database.paths)))
-        scores, ids = search_with_scores(self.descriptors, self.describe(image), k, index=self.index)
+        scores, ids = search_with_scores(self.descriptors, self.describe(image), k, prebuilt=self.index)
         matches = []
         for rank, (index, score) in enumerate(zip(ids[0].tolist(), scores[0].tolist()), start=1):
             distance = None

@@ -31,13 +31,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from aggzoo.errors import ConfigError
+from aggzoo.evaluation.options import check_metric
 
-__all__ = ["PCAWhitening", "SuperGlobalRerank", "WHITENING_KINDS", "check_whitening_kind"]
+__all__ = ["PCAWhitening", "SuperGlobalRerank", "WHITENING_KINDS", "check_whitening_kind", "rerank_metric_check"]
 
 #: ``evaluation.whitening_kind`` -> the :meth:`PCAWhitening.fit` options it stands for
 WHITENING_KINDS = {"whiten": {"whiten": True, "l2": True}, "project": {"whiten": False, "l2": False}}
@@ -187,3 +189,13 @@ class SuperGlobalRerank:
             reordered = torch.take_along_dim(ids.to(device), torch.take_along_dim(order, final_order, dim=1), dim=1)
             out[start:start + self.query_chunk, :m] = reordered.cpu().numpy()
         return out
+
+
+def rerank_metric_check(rerank: Any, metric: str) -> None:
+    """Refuse a re-ranker that scores by inner products (SuperGlobal) after an L2 search: it would
+    re-order the L2 shortlist by another metric. Re-rankers that score something else (instance tokens,
+    local-feature matches) take any shortlist."""
+    if check_metric(metric) == "l2" and isinstance(rerank, SuperGlobalRerank):
+        raise ConfigError("evaluation.rerank.method=superglobal re-scores the shortlist by inner products of the global "
+                          "descriptors, but evaluation.search.metric=l2 ranks by L2 distance: set "
+                          "evaluation.search.metric=ip, or drop the re-ranking (evaluation.rerank.method=null)")

@@ -28,8 +28,8 @@ from torch import Tensor
 
 from aggzoo.data.transforms import eval_transform
 from aggzoo.errors import ConfigError
+from aggzoo.evaluation.options import check_metric
 from aggzoo.evaluation.postprocess import check_whitening_kind
-from aggzoo.evaluation.retrieval import check_metric
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.models.input_size import snap_size
 

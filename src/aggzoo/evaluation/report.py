@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from aggzoo.evaluation.retrieval import RetrievalResult
+from aggzoo.evaluation.result import RetrievalResult
 
 __all__ = [
     "format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries",
@@ -323,19 +323,19 @@ def plot_predictions(
     *,
     captions: Sequence[Sequence[str]] | None = None,
     queries: Sequence[int] | None = None,
-    num_queries: int = 6,
-    k: int = 5,
-    thumb_height: int = 120,
+    grid: tuple[int, int] = (6, 5),
     title: str = "predictions",
 ) -> Path:
     """The retrieval grid without ground truth: one row per query (blue frame) with its top-``k``
     database images (grey frames: nothing says which are right), ``captions[q][rank]`` under each
-    (score, distance). ``queries`` picks the rows; by default ``num_queries`` spread evenly over the queries.
+    (score, distance). ``grid``: ``(num_queries, k)``; ``queries`` picks the rows, by default ``num_queries``
+    spread evenly over the queries.
 
     Args:
         predictions: ``[Q, K]`` database indices, best first (``-1``: none).
     """
     predictions = np.asarray(predictions)
+    num_queries, k = grid
     if queries is None:
         queries = sorted({int(q) for q in np.linspace(0, len(query_paths) - 1, min(num_queries, len(query_paths)))})
     k = min(k, predictions.shape[1])
@@ -348,5 +348,5 @@ def plot_predictions(
                           f"#{rank + 1} {caption}".strip() if db >= 0 else f"#{rank + 1}: none", "tab:gray", "solid"))
         grid_rows.append(cells)
     return _save_figure(_grid_figure(grid_rows, f"{title}: query (blue), its top-{k} database images (no ground truth)",
-                                     thumb_height), path)
+                                     120), path)
 

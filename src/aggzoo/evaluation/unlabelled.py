@@ -35,8 +35,10 @@ from aggzoo.data.folder import EARTH_RADIUS_M, lat_lon_to_ecef
 from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images
 from aggzoo.data.vg import utm_from_name
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.report import plot_predictions
-from aggzoo.evaluation.retrieval import extract_descriptors, search_with_scores
+from aggzoo.evaluation.search import search_with_scores
 
 __all__ = ["UNLABELLED_LAYOUT", "Predictions", "coordinates_from_names", "image_folder", "predict", "write_predictions"]
 
@@ -145,29 +147,20 @@ def predict(
     database_paths: Sequence[Path],
     query_paths: Sequence[Path],
     transform: Callable[[np.ndarray], torch.Tensor],
-    *,
+    options: EvaluationOptions = EvaluationOptions(),
     k: int = 10,
-    index: str = "Flat",
-    search_params: str | None = None,
-    use_gpu: bool | None = None,
-    refine: int | None = None,
-    refine_store: str = "ram",
-    metric: str = "ip",
-    **extract: Any,
 ) -> Predictions:
     """Extract both folders' descriptors and search: the top ``min(k, N_db)`` per query.
 
-    ``extract``: :func:`~aggzoo.evaluation.retrieval.extract_descriptors` options (``batch_size``,
-    ``num_workers``, ``device``, ``progress``...); ``index`` ... ``metric``: see
-    :func:`~aggzoo.evaluation.retrieval.search`.
+    ``options``: its ``extraction`` (batch size, workers, device, progress) and ``search`` (index, metric,
+    two-stage) parts are used.
     """
     database_paths, query_paths = tuple(map(Path, database_paths)), tuple(map(Path, query_paths))
-    database = extract_descriptors(model, database_paths, transform, desc="database", **extract)
-    queries = extract_descriptors(model, query_paths, transform, desc="queries", **extract)
-    scores, indices = search_with_scores(database, queries, min(k, len(database_paths)), index=index,
-                                         search_params=search_params, use_gpu=use_gpu, refine=refine,
-                                         refine_store=refine_store, metric=metric)
-    out = Predictions(query_paths, database_paths, indices, scores, descriptor_dim=int(queries.shape[1]), metric=metric)
+    database = extract_descriptors(model, database_paths, transform, options.extraction, desc="database")
+    queries = extract_descriptors(model, query_paths, transform, options.extraction, desc="queries")
+    scores, indices = search_with_scores(database, queries, min(k, len(database_paths)), options.search)
+    out = Predictions(query_paths, database_paths, indices, scores, descriptor_dim=int(queries.shape[1]),
+                      metric=options.search.metric)
     db_coords, q_coords = coordinates_from_names(database_paths), coordinates_from_names(query_paths)
     if db_coords is not None and q_coords is not None and db_coords[0] == q_coords[0]:
         out.coordinates = db_coords[0]
@@ -211,5 +204,5 @@ def write_predictions(predictions: Predictions, out_dir: str | Path, *, meta: di
                      for r in range(p.indices.shape[1])] for q in range(len(p.query_paths))]
         title = "predictions (score" + (", metres from the query by file name)" if p.coordinates else ")")
         files["picture"] = plot_predictions(p.query_paths, p.database_paths, p.indices, out_dir / "predictions.png",
-                                            captions=captions, num_queries=grid_queries, k=grid_k, title=title)
+                                            captions=captions, grid=(grid_queries, grid_k), title=title)
     return files

@@ -1,4 +1,5 @@
-"""``train(cfg)`` and ``evaluate(cfg)``: the two jobs, importable and testable without ``@hydra.main``.
+"""``train(cfg)``: the training job, importable and testable without ``@hydra.main`` (the evaluation job is
+:func:`aggzoo.run.evaluate.evaluate`), and :func:`compose_run_config` to compose either job's config from Python.
 
 The entry points ``train.py`` / ``eval.py`` only compose the config and call these.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import shutil
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,35 +22,22 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf, open_dict
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from aggzoo.data.place_split import val_split_from_config
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
-from aggzoo.errors import ConfigError, DatasetLayoutError, RunFolderError, UserError
-from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
+from aggzoo.errors import ConfigError, RunFolderError, UserError
+from aggzoo.evaluation.loop import evaluate_retrieval
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions
 from aggzoo.evaluation.report import format_table, write_json
-from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
+from aggzoo.evaluation.result import RetrievalResult
 from aggzoo.hub.factory import create_model, is_model
 from aggzoo.hub.io import SPEC_KEY, read_checkpoint
 from aggzoo.models.vpr_model import VPRModel
-from aggzoo.run.eval_by_name import (
-    PROTOCOL_KEYS,
-    evaluation_protocol,
-    load_model_to_evaluate,
-    model_to_evaluate,
-    preflight_size,
-    run_unlabelled,
-    unlabelled_requested,
-)
-from aggzoo.run.preflight import (
-    EvaluationGuard,
-    after_training,
-    before_training,
-    build_model_checked,
-    check_config,
-    result_notes,
-)
+from aggzoo.run.benchmark_config import load_benchmarks
+from aggzoo.run.evaluation_keys import migrate_overrides
+from aggzoo.run.model_by_name import model_spec, model_to_evaluate, normalisation
+from aggzoo.run.preflight import after_training, before_training, build_model_checked, check_config, result_notes
 from aggzoo.run.resume import resume_config, saved_overrides
 from aggzoo.run.run_folder import (
     discard_unused_run_folder,
@@ -65,68 +52,18 @@ from aggzoo.training.clique_mining import CliqueMiningOptions
 from aggzoo.training.datamodule import VPRDataModule
 from aggzoo.training.interrupt import StoppedByCtrlC
 from aggzoo.training.module import VPRLightningModule
-from aggzoo.training.sharded_extraction import ShardedExtractor
 from aggzoo.training.timing import StepTimer
 
-__all__ = ["TrainingParts", "build_training", "clique_mining_options", "compose_run_config", "evaluate",
-           "load_benchmarks", "model_spec", "module_options", "train"]
+__all__ = ["TrainingParts", "build_training", "clique_mining_options", "compose_run_config", "module_options", "train"]
 
 log = logging.getLogger(__name__)
-
-#: the data layer's generic "where is it" sentence (data/layout.require_dir), replaced below by the
-#: setting the benchmark's root is actually made of
-_GENERIC_ROOT_HINT = "Point the benchmark at it (paths.data_root=/your/datasets, or benchmark.<name>.root=...)."
-_ROOT_SETTINGS = {
-    "paths.shared_data": "paths.shared_data=<folder holding {dataset}/> or AGGZOO_SHARED_DATA=<that folder>",
-    "paths.data_root": "paths.data_root=/your/datasets or AGGZOO_DATA=/your/datasets",
-}
-
-
-def _root_hint(name: str, node: Any) -> str:
-    """Which setting moves benchmark ``name``: the ``${paths.*}`` its configured root is made of."""
-    raw = ""
-    if isinstance(node, DictConfig):
-        raw = str(OmegaConf.to_container(node, resolve=False).get("root", ""))
-    elif isinstance(node, dict):
-        raw = str(node.get("root", ""))
-    dataset = raw.split("}", 1)[-1].strip("/").split("/", 1)[0] or name
-    for key, setting in _ROOT_SETTINGS.items():
-        if "${" + key + "}" in raw:
-            return f"Point the benchmark at it ({setting.format(dataset=dataset)}, or benchmark.{name}.root=...)."
-    return f"Point the benchmark at it (benchmark.{name}.root=...)." if raw else _GENERIC_ROOT_HINT
-
-
-def load_benchmarks(nodes: Any) -> dict[str, RetrievalSet]:
-    """``{name: loader node}`` -> ``{name: RetrievalSet}``; a missing dataset names the setting that
-    its root comes from (``paths.shared_data`` for nordland_mini, ``paths.data_root`` for the public ones)."""
-    out = {}
-    for name, node in (nodes or {}).items():
-        try:
-            out[str(name)] = load_benchmark(node)
-        except DatasetLayoutError as err:
-            message = str(err)
-            if _GENERIC_ROOT_HINT not in message:
-                raise
-            raise DatasetLayoutError(message.replace(_GENERIC_ROOT_HINT, _root_hint(str(name), node))) from err
-    return out
-
-def model_spec(cfg: DictConfig) -> dict[str, Any]:
-    """The model spec of a run config: its ``backbone`` and ``head`` nodes, resolved to plain data
-    (built by :func:`aggzoo.hub.builder.build_model`, stored in every checkpoint)."""
-    return {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
-            "head": OmegaConf.to_container(cfg.head, resolve=True)}
-
-
-def _normalisation(model: VPRModel) -> dict[str, Any]:
-    cfg = getattr(model.backbone, "pretrained_cfg", {}) or {}
-    return {"mean": tuple(cfg.get("mean", IMAGENET_DEFAULT_MEAN)), "std": tuple(cfg.get("std", IMAGENET_DEFAULT_STD))}
 
 
 def _evaluate_all(model: VPRModel, sets: Mapping[str, RetrievalSet], transform: Any, cfg: DictConfig,
                   device: torch.device) -> list[RetrievalResult]:
-    return [evaluate_retrieval(model, retrieval_set, transform, ks=tuple(cfg.recall_ks),
-                               batch_size=cfg.eval_batch_size, num_workers=cfg.num_workers, device=device)
-            for retrieval_set in sets.values()]
+    options = EvaluationOptions(ks=tuple(cfg.recall_ks), extraction=ExtractionOptions(
+        batch_size=int(cfg.eval_batch_size), num_workers=cfg.num_workers, device=str(device)))
+    return [evaluate_retrieval(model, retrieval_set, transform, options) for retrieval_set in sets.values()]
 
 
 def _device() -> torch.device:
@@ -159,7 +96,7 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
     """Model, LightningModule and data module of a train config (no trainer, no callbacks): what
     :func:`train` runs, and what ``benchmarks/train_throughput.py`` times against a plain loop."""
     model = build_model_checked(model_cfg if model_cfg is not None else model_spec(cfg))
-    norm = _normalisation(model)
+    norm = normalisation(model)
     data = cfg.data
     # A recipe may name its own augmentation (data.augmentation, e.g. RandAugment); else the default.
     augmentation = instantiate(data.augmentation) if data.get("augmentation") else None
@@ -239,7 +176,7 @@ def compose_run_config(config_dir: str | Path, name: str, overrides: Sequence[st
     config_dir = Path(config_dir).resolve()
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(config_dir), version_base="1.3"):
-        cfg = compose(name, overrides=list(overrides), return_hydra_config=True)
+        cfg = compose(name, overrides=migrate_overrides(overrides), return_hydra_config=True)
     HydraConfig().set_config(cfg)
     with open_dict(cfg):
         cfg.paths.output_dir = str(output_dir)
@@ -335,7 +272,7 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
     out_dir = Path(cfg.paths.output_dir)
 
     def summarise(status: str, rows: list[tuple[str, list[RetrievalResult]]], best: Path | None = None) -> None:
-        _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, rows, best,
+        _write_run_summary(out_dir / "run_summary.json", cfg, trainer, rows, best,
                            time.perf_counter() - started, status=status, kept_test=kept_test)
 
     # Written as soon as the baseline is measured (UntrainedBaseline runs first at train start).
@@ -429,11 +366,14 @@ def _summarise_interrupted(summarise: Any, trainer: L.Trainer, baseline: Untrain
                   _baseline_rows(baseline))
 
 
-def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.Trainer, timer: StepTimer,
+def _write_run_summary(path: Path, cfg: DictConfig, trainer: L.Trainer,
                        table_rows: list[tuple[str, list[RetrievalResult]]], best: Path | None, seconds: float, *,
                        status: str = DONE, kept_test: Mapping[str, Any] | None = None) -> None:
-    """One JSON per run with what a sweep comparison needs (``aggzoo.run.collect_runs``); ``kept_test``:
-    rows of an earlier summary of the same run that this process did not measure (a resume's baseline)."""
+    """One JSON per run with what a sweep comparison needs (``aggzoo.run.collect_runs``): the trainer's model
+    and its step timer (:class:`~aggzoo.training.timing.StepTimer`), the test rows; ``kept_test``: rows of an
+    earlier summary of the same run that this process did not measure (a resume's baseline)."""
+    model = trainer.lightning_module.model
+    timer = next(c for c in trainer.callbacks if isinstance(c, StepTimer))
     from hydra.core.hydra_config import HydraConfig
 
     overrides: list[str] = []
@@ -500,90 +440,3 @@ def _comparison_table(rows: list[tuple[str, list[RetrievalResult]]], *, chosen_o
         lines.append(f"== {titles.get(label, label)} ==")
         lines.append(format_table(rs))
     return "\n".join(lines)
-
-
-def untrained_note(model: torch.nn.Module) -> str:
-    """What eval.py says when it is given no ``ckpt_path``: the model it evaluates is untrained."""
-    head = type(getattr(model, "head", model)).__name__
-    return (f"note: no ckpt_path given (nor model=), so this evaluates an untrained {head} head on the configured "
-            "backbone (its pretrained weights, if any; the head as initialised, with no data-driven init). To evaluate "
-            "trained weights pass model=<zoo name, checkpoint, run folder or save_pretrained folder> (or "
-            "ckpt_path=<checkpoint, run folder or zoo name>).")
-
-
-def _sharded_extractor(cfg: DictConfig, options: dict[str, Any]) -> tuple[ShardedExtractor | None, Path | None]:
-    """``trainer=ddp`` (or any ``trainer`` node): extraction through Lightning's predict loop on every rank,
-    shards under ``evaluation.store_dir`` (kept) or ``<run>/descriptor_shards`` (removed afterwards)."""
-    if cfg.get("trainer") is None:
-        return None, None
-    store = options.get("store_dir")
-    if store and options.get("rerank") == "instance_tokens":
-        # The token pass is not sharded: every rank would write the same token files under store_dir at once.
-        raise ConfigError("evaluation.rerank=instance_tokens with a trainer (distributed extraction) needs "
-                          "evaluation.store_dir=null: each rank then keeps its token files in its own temporary folder")
-    folder = Path(store) if store else Path(cfg.paths.output_dir) / "descriptor_shards"
-    trainer_factory = instantiate(cfg.trainer, _partial_=True)
-    return ShardedExtractor(trainer_factory, folder), None if store else folder
-
-
-def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
-    """Evaluate ``cfg.model`` / ``cfg.ckpt_path`` (or ``cfg.backbone`` + ``cfg.head`` untrained when
-    both are null) on every benchmark in ``cfg.benchmark``: prints a table and writes ``results.json``,
-    ``results.md``, Recall@k curves and retrieval grids to the output dir. With ``database=`` /
-    ``queries=`` folders and no ground truth it writes the top-k predictions instead (returns ``[]``).
-
-    The protocol (input size or short side, resize rule, mean/std, descriptor size) is the weights' own
-    (their :class:`~aggzoo.hub.cfg.PretrainedCfg`), else ``image_size`` with the pipeline's resize (the
-    one the training pipeline validates and tests with, so both report the same numbers); every field
-    can be overridden (``evaluation.image_size``, ``evaluation.protocol_resize``, ...: conf/eval.yaml).
-    """
-    check_config(cfg, "eval")
-    named = load_model_to_evaluate(cfg)  # the one reader and builder: nothing in a file chooses code to run
-    if named is not None:
-        model = named.model
-    else:
-        model = build_model_checked(model_spec(cfg))
-        print(untrained_note(model))
-    protocol = evaluation_protocol(model, cfg, named.pretrained_cfg if named else None, _normalisation(model))
-    meta = {"ckpt_path": cfg.get("ckpt_path"),
-            **(named.meta(protocol) if named is not None else {"model": None, "protocol": protocol.to_dict()})}
-    log.info("protocol: %s (from %s%s)", protocol.describe(), protocol.source,
-             f"; overridden: {', '.join(protocol.overridden)}" if protocol.overridden else "")
-    options = OmegaConf.to_container(cfg.evaluation, resolve=True)
-    for key in PROTOCOL_KEYS:
-        options.pop(key, None)
-    device = _device()
-    if unlabelled_requested(cfg):
-        run_unlabelled(cfg, model, protocol, meta, device)
-        return []
-    transform = protocol.transform()
-    sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
-    guard = EvaluationGuard(cfg)
-    # bad_images=skip drops unreadable ones
-    sets = guard.prepare(model, sets, image_size=preflight_size(protocol, sets), metric=protocol.metric)
-    extractor, shards = _sharded_extractor(cfg, options)
-    # Under trainer=ddp every rank runs this job; rank 0 alone writes the report and prints.
-    writer = extractor is None or extractor.is_global_zero
-    if not writer:
-        options["pictures"] = False
-    try:
-        results = evaluate_benchmarks(model.to(device), sets, transform,
-                                      output_dir=cfg.paths.output_dir if writer else None,
-                                      ks=tuple(cfg.recall_ks), batch_size=cfg.eval_batch_size if protocol.fixed_size else 1,
-                                      num_workers=cfg.num_workers, device=device, meta=meta,
-                                      published=named.pretrained_cfg.metrics if named and named.pretrained_cfg else None,
-                                      extractor=extractor, metric=protocol.metric,
-                                      whitening_kind=protocol.whitening_kind, **options)
-    finally:
-        if shards is not None and writer:
-            shutil.rmtree(shards, ignore_errors=True)
-    if not writer:
-        return results
-    guard.annotate(results)
-    print(format_table(results))
-    if notes := guard.notes(results):
-        print(notes)
-    if cfg.bad_images == "skip":
-        # Rewritten after annotate so the skipped-image counts reach the JSON too.
-        write_json(results, Path(cfg.paths.output_dir) / "results.json", meta=meta)
-    return results

@@ -20,8 +20,8 @@ The hooks :mod:`aggzoo.run.pipeline` calls around a job live here too:
 - :func:`before_training` / :func:`after_training`: the ``bad_images`` policy of the training set
   (skipped files listed in ``<run>/bad_images.tsv``), the checks above, and the report of a Ctrl-C
   stop (:class:`~aggzoo.training.interrupt.GracefulInterrupt`).
-- :class:`EvaluationGuard`: the same for ``eval.py``: preflight, ``bad_images=skip`` (unreadable
-  images dropped before extraction, counted in the results), notes under the results table.
+- :func:`check_evaluation` and :func:`result_notes`: the same for ``eval.py`` (:mod:`aggzoo.run.evaluate`), as
+  pure functions of the model, the benchmarks and the options objects.
 """
 
 from __future__ import annotations
@@ -36,20 +36,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
-from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable, scan_images
+from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, scan_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError, PreflightError, UserError
-from aggzoo.evaluation.postprocess import SuperGlobalRerank
-from aggzoo.evaluation.retrieval import (
-    binary_refine_message,
-    check_metric,
-    is_binary_index,
-    ks_beyond_database,
-    rerank_metric_check,
-)
+from aggzoo.evaluation.index import binary_refine_message, is_binary_index
+from aggzoo.evaluation.metrics.recall import ks_beyond_database
+from aggzoo.evaluation.options import EvaluationOptions
+from aggzoo.evaluation.postprocess import rerank_metric_check
+from aggzoo.evaluation.test_time import build_reranker
 from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
@@ -58,7 +55,6 @@ from aggzoo.run.config_schema import validate_config
 from aggzoo.training.interrupt import GracefulInterrupt
 
 __all__ = [
-    "EvaluationGuard",
     "Preflight",
     "after_training",
     "before_training",
@@ -308,12 +304,12 @@ def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int | N
 
 
 def check_training(model: nn.Module, *, train_dataset: Any, places_per_batch: int,
-                   image_size: Sequence[int], eval_image_size: Sequence[int],
+                   sizes: Mapping[str, Sequence[int]],
                    val_sets: Mapping[str, RetrievalSet], test_sets: Mapping[str, RetrievalSet],
                    check_images: str = "header", num_workers: int = 0) -> Preflight:
-    """Everything :func:`aggzoo.run.pipeline.train` needs, checked before the Trainer starts."""
+    """Everything :func:`aggzoo.run.pipeline.train` needs, checked before the Trainer starts; ``sizes``:
+    ``{config key: (H, W)}`` of the training and evaluation image sizes."""
     report = Preflight("training")
-    sizes = {"data.image_size": image_size, "data.eval_image_size": eval_image_size}
     for key, size in sizes.items():
         problem = image_size_problem(size, key)
         if problem:
@@ -347,39 +343,32 @@ def _faiss_reason(err: BaseException) -> str:
     return text.replace("Error: ", "", 1)[:200]
 
 
-def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) -> list[str]:
-    """The ``evaluation.*`` options that would fail only after every descriptor is extracted: an
-    index string FAISS cannot build for ``out_dim``-D descriptors, search parameters it does not
-    take, a GPU index without a GPU, a whitening file that is not there."""
-    options = options or {}
+def evaluation_option_problems(options: EvaluationOptions, out_dim: int) -> list[str]:
+    """The options that would fail only after every descriptor is extracted: an index string FAISS cannot
+    build for ``out_dim``-D descriptors, search parameters it does not take, a GPU index without a GPU, a
+    re-ranker that cannot follow the search metric, a whitening file that is not there."""
+    search = options.search
     problems = []
     try:
         import faiss
     except ImportError:  # the torch search of tiny sets needs no index string
         faiss = None
-    index, params = options.get("index"), options.get("search_params")
-    metric, rerank = options.get("metric") or "ip", options.get("rerank")  # metric null: the protocol's, filled in
+    index, params, metric = search.index, search.search_params, search.metric
     try:
-        check_metric(metric)
-    except ConfigError as err:
-        problems.append(str(err))
-        metric = "ip"
-    try:
-        if rerank is True or rerank == "superglobal" or isinstance(rerank, Mapping):
-            rerank_metric_check(SuperGlobalRerank(), metric)
+        rerank_metric_check(build_reranker(options.rerank), metric)
     except ConfigError as err:
         problems.append(str(err))
     # The disk store's first stage may be a type FAISS builds for L2 only (binary ITQ/LSH codes): the
-    # search layer accepts it there (retrieval.build_index), so the probe must too; an L2 search takes them anyway.
-    l2_ok = metric == "l2" or (options.get("refine") is not None and options.get("refine_store") == "disk")
+    # search layer accepts it there (index.build_index), so the probe must too; an L2 search takes them anyway.
+    l2_ok = metric == "l2" or search.on_disk
     if faiss is not None and is_binary_index(index):
         # A first stage over the model's binary codes (SelaVPR++): a binary factory string, and a shortlist.
         try:
             faiss.index_binary_factory(64, index)
         except RuntimeError as err:
-            problems.append(f"evaluation.index={index} is not a FAISS binary index string ({_faiss_reason(err)}); "
-                            "e.g. evaluation.index=BFlat (exhaustive Hamming search)")
-        if options.get("refine") is None:
+            problems.append(f"evaluation.search.index={index} is not a FAISS binary index string ({_faiss_reason(err)}); "
+                            "e.g. evaluation.search.index=BFlat (exhaustive Hamming search)")
+        if search.refine is None:
             problems.append(binary_refine_message(index))
     elif faiss is not None and isinstance(index, str):
         try:
@@ -388,38 +377,37 @@ def evaluation_option_problems(options: Mapping[str, Any] | None, out_dim: int) 
         except RuntimeError as err:
             probe = None
             if "METRIC_L2" not in str(err):
-                problems.append(f"evaluation.index={index} is not a FAISS index_factory string for {out_dim}-D "
-                                f"descriptors ({_faiss_reason(err)}); e.g. evaluation.index=Flat (exact), SQfp16, "
+                problems.append(f"evaluation.search.index={index} is not a FAISS index_factory string for {out_dim}-D "
+                                f"descriptors ({_faiss_reason(err)}); e.g. evaluation.search.index=Flat (exact), SQfp16, "
                                 "HNSW32 or IVF1024,PQ16")
             elif l2_ok:
                 probe = faiss.index_factory(int(out_dim), index, faiss.METRIC_L2)
             else:
-                problems.append(f"evaluation.index={index}: FAISS builds it with the L2 metric only, which would rank "
-                                "inner products backwards; use it as the first stage of a two-stage search "
-                                "(evaluation.refine=100 evaluation.refine_store=disk) or pick Flat, SQfp16, HNSW32, "
-                                "IVF1024,PQ16")
+                problems.append(f"evaluation.search.index={index}: FAISS builds it with the L2 metric only, which would "
+                                "rank inner products backwards; use it as the first stage of a two-stage search "
+                                "(evaluation.search.refine=100 evaluation.search.refine_store=disk) or pick Flat, SQfp16, "
+                                "HNSW32, IVF1024,PQ16")
         if probe is not None and params:
             try:
                 faiss.ParameterSpace().set_index_parameters(probe, str(params))
             except RuntimeError as err:
-                problems.append(f"evaluation.search_params={params} does not apply to evaluation.index={index} "
-                                f"({_faiss_reason(err)}); e.g. nprobe=32 for IVF indexes, efSearch=256 for HNSW, or "
-                                "evaluation.search_params=null")
-    if options.get("use_gpu") is True and faiss is not None and faiss.get_num_gpus() == 0:
-        problems.append("evaluation.use_gpu=true but this faiss build sees no GPU; use evaluation.use_gpu=null (a GPU "
-                        "index when there is one) or evaluation.use_gpu=false")
-    whitening = options.get("whitening")
-    if isinstance(whitening, str) and not Path(whitening).expanduser().is_file():
-        problems.append(f"evaluation.whitening={whitening}: no such file (a .npz written by PCA whitening, e.g. "
-                        "<run>/whitening.npz); fit one instead with evaluation.whitening_fit=<training images>")
+                problems.append(f"evaluation.search.search_params={params} does not apply to evaluation.search.index="
+                                f"{index} ({_faiss_reason(err)}); e.g. nprobe=32 for IVF indexes, efSearch=256 for HNSW, "
+                                "or evaluation.search.search_params=null")
+    if search.use_gpu is True and faiss is not None and faiss.get_num_gpus() == 0:
+        problems.append("evaluation.search.use_gpu=true but this faiss build sees no GPU; use evaluation.search.use_gpu=null "
+                        "(a GPU index when there is one) or evaluation.search.use_gpu=false")
+    whitening = options.postprocess.whitening
+    if whitening is not None and not Path(whitening).expanduser().is_file():
+        problems.append(f"evaluation.postprocess.whitening={whitening}: no such file (a .npz written by PCA whitening, "
+                        "e.g. <run>/whitening.npz); fit one instead with evaluation.postprocess.whitening_fit=<training images>")
     return problems
 
 
 def check_evaluation(model: nn.Module, *, image_size: Sequence[int], sets: Mapping[str, RetrievalSet],
                      check_images: str = "header", num_workers: int | None = None,
-                     evaluation: Mapping[str, Any] | None = None) -> Preflight:
-    """Everything :func:`aggzoo.run.pipeline.evaluate` needs, checked before extraction starts
-    (``evaluation``: the ``evaluation.*`` options of ``eval.yaml``)."""
+                     options: EvaluationOptions = EvaluationOptions()) -> Preflight:
+    """Everything :func:`aggzoo.run.evaluate.evaluate` needs, checked before extraction starts."""
     report = Preflight("evaluation")
     problem = image_size_problem(image_size, "image_size")
     if problem:
@@ -428,7 +416,7 @@ def check_evaluation(model: nn.Module, *, image_size: Sequence[int], sets: Mappi
         report.problems += model_problems(model, image_size, "image_size")
     out_dim = getattr(model, "out_dim", None)
     if isinstance(out_dim, int):
-        report.problems += evaluation_option_problems(evaluation, out_dim)
+        report.problems += evaluation_option_problems(options, out_dim)
     for retrieval_set in sets.values():
         problems, notes = benchmark_problems(retrieval_set)
         report.problems += problems
@@ -492,7 +480,7 @@ def before_training(cfg: DictConfig, parts: Any) -> ImagePolicy:
     if hasattr(dataset, "bad_images"):
         dataset.bad_images = policy
     check_training(parts.model, train_dataset=dataset, places_per_batch=int(cfg.data.places_per_batch),
-                   image_size=cfg.data.image_size, eval_image_size=cfg.data.eval_image_size,
+                   sizes={"data.image_size": cfg.data.image_size, "data.eval_image_size": cfg.data.eval_image_size},
                    val_sets=parts.datamodule.val_sets, test_sets=parts.test_sets,
                    check_images=_choice(cfg.get("check_images", "header")), num_workers=int(cfg.data.num_workers))
     return policy
@@ -515,48 +503,3 @@ def after_training(trainer: Any, policy: ImagePolicy) -> dict[str, Any]:
               f"Resume with ckpt_path={interrupt.saved_path}")
         out["interrupted"] = str(interrupt.saved_path)
     return out
-
-
-class EvaluationGuard:
-    """Preflight, ``bad_images`` policy and result notes of one evaluation job."""
-
-    def __init__(self, cfg: DictConfig) -> None:
-        self.cfg = cfg
-        self.policy = ImagePolicy(
-            on_error=_choice(cfg.get("bad_images", "fail")), log_path=Path(cfg.paths.output_dir) / SKIPPED_LIST_NAME,
-            hint="A benchmark with a missing image is not that benchmark: fix or re-download the file, or "
-                 "evaluate without unreadable images with bad_images=skip (not comparable to published numbers)")
-        self.skipped: dict[str, dict[str, int]] = {}
-
-    def prepare(self, model: Any, sets: Mapping[str, RetrievalSet],
-                image_size: Sequence[int] | None = None, metric: str | None = None) -> dict[str, RetrievalSet]:
-        """Check everything (the model at ``image_size``, default the config's; the search options with
-        ``metric``, default ``evaluation.metric``), then (under ``skip``) drop the unreadable images of each set."""
-        num_workers = self.cfg.get("num_workers")  # None: aggzoo.data.workers.loader_workers decides
-        # Under skip every image is decoded below anyway; the header scan would only repeat it.
-        scan = "none" if self.policy.skips else _choice(self.cfg.get("check_images", "header"))
-        options = self.cfg.get("evaluation")
-        options = OmegaConf.to_container(options, resolve=True) if isinstance(options, DictConfig) else options
-        if metric is not None:
-            options = {**(options or {}), "metric": metric}
-        size = image_size if image_size is not None else self.cfg.image_size
-        check_evaluation(model, image_size=size, sets=sets, check_images=scan, num_workers=num_workers,
-                         evaluation=options)
-        if not self.policy.skips:
-            return dict(sets)
-        out = {}
-        for name, retrieval_set in sets.items():
-            out[name], counts = drop_unreadable(retrieval_set, self.policy, num_workers=num_workers)
-            if any(counts.values()):
-                self.skipped[out[name].name] = counts
-        return out
-
-    def annotate(self, results: Sequence[Any]) -> None:
-        """Record the skipped-image counts in each result (they reach the JSON through ``extras``)."""
-        for result in results:
-            result.extras.update(self.skipped.get(result.name, {}))
-
-    def notes(self, results: Sequence[Any]) -> str:
-        """Lines to print under the results table (empty when there is nothing to say)."""
-        skipped = self.policy.finalize()
-        return "\n".join(result_notes(results, self.policy.log_path if skipped else None))

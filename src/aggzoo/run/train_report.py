@@ -56,18 +56,20 @@ def eval_command(checkpoint: Path, benchmarks: Sequence[str], image_size: Sequen
     return " ".join([*parts, *extra])
 
 
-def closing_lines(run_dir: Path, best: Path | None, last: Path | None, *, monitor: str | None,
-                  best_score: float | None, benchmarks: Sequence[str], image_size: Sequence[int],
+def closing_lines(run_dir: Path, best: Path | None, last: Path | None, *,
+                  chosen_on: tuple[str | None, float | None] = (None, None), benchmarks: Sequence[str],
+                  image_size: Sequence[int],
                   extra: Sequence[str] = (), files: Mapping[str, Path] | None = None) -> list[str]:
     """The last lines of ``train.py``: the run folder, the best and the last checkpoint (and on what the
     best was chosen), the result files, and the eval command to run next.
 
     Args:
         best, last: ``ModelCheckpoint``'s ``best_model_path`` and ``last_model_path`` (None when empty).
-        monitor, best_score: the metric the best checkpoint was chosen on and its value (a fraction
-            for ``val/R@k``, printed in percent).
+        chosen_on: ``(monitor, best_score)``, the metric the best checkpoint was chosen on and its value (a
+            fraction for ``val/R@k``, printed in percent).
         files: ``{"what": path}`` of result files to name (``run_summary.json``, ...), shown when they exist.
     """
+    monitor, best_score = chosen_on
     lines = [f"run folder:       {_shown(run_dir)}"]
     if best is not None:
         score = "" if best_score is None else (
@@ -102,8 +104,8 @@ def closing_for(cfg: DictConfig, trainer: L.Trainer, run_dir: Path) -> list[str]
         synthetic = HydraConfig.get().runtime.choices.get("synthetic")
         if synthetic and synthetic != "default":
             extra.append(f"synthetic={synthetic}")
-    return closing_lines(run_dir, best, last, monitor=getattr(ckpt, "monitor", None),
-                         best_score=float(score) if score is not None else None,
+    return closing_lines(run_dir, best, last,
+                         chosen_on=(getattr(ckpt, "monitor", None), float(score) if score is not None else None),
                          benchmarks=[str(name) for name in (cfg.get("test_benchmarks") or {})],
                          image_size=list(cfg.data.eval_image_size), extra=extra,
                          files={"results": run_dir / "test_results.json", "run summary": run_dir / "run_summary.json"})

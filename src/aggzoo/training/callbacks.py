@@ -175,10 +175,12 @@ class UntrainedBaseline(L.Callback):
         self.pooling_results: list = []
 
     def _evaluate(self, model: nn.Module, device: torch.device) -> list:
-        from aggzoo.evaluation.retrieval import evaluate_retrieval
+        from aggzoo.evaluation.loop import evaluate_retrieval
+        from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions
 
-        return [evaluate_retrieval(model, s, self.transform, ks=self.recall_ks, batch_size=self.batch_size,
-                                   num_workers=self.num_workers, device=device) for s in self.sets.values()]
+        options = EvaluationOptions(ks=tuple(self.recall_ks), extraction=ExtractionOptions(
+            batch_size=self.batch_size, num_workers=self.num_workers, device=str(device)))
+        return [evaluate_retrieval(model, s, self.transform, options) for s in self.sets.values()]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from aggzoo.models.heads.avgpool import AvgPool

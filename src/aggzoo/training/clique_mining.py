@@ -55,7 +55,8 @@ from aggzoo.data.images import ImageReadError
 from aggzoo.data.progress import progress_bar
 from aggzoo.data.transforms import Transform
 from aggzoo.errors import ConfigError, DatasetFormatError
-from aggzoo.evaluation.retrieval import extract_descriptors
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.options import ExtractionOptions
 from aggzoo.training.samplers import EpochKeyedDataset, PlaceBatchSampler, sample_seed
 
 __all__ = ["CliqueMiner", "CliqueMiningOptions", "CliqueKeyedDataset", "CliquePlaceBatchSampler", "collate_halves",
@@ -241,14 +242,14 @@ class CliqueMiningOptions:
 
 
 def describe_places(model: nn.Module, dataset: GSVCitiesDataset, transform: Transform, *, seed: int,
-                    **extract: Any) -> np.ndarray:
+                    extraction: ExtractionOptions = ExtractionOptions()) -> np.ndarray:
     """``[N, D]``: for every place of ``dataset`` the descriptor of one of its images, drawn from ``seed``
-    (upstream: one random image per cluster), by :func:`~aggzoo.evaluation.retrieval.extract_descriptors`
-    (``extract``: its keyword arguments: device, batch size, autocast, progress)."""
+    (upstream: one random image per cluster), by :func:`~aggzoo.evaluation.extraction.extract_descriptors`
+    with ``extraction`` (device, batch size, precision, progress)."""
     rng = np.random.default_rng((int(seed), 0xC11D))
     paths = [images[int(rng.integers(len(images)))].path
              for images in (dataset.places[int(p)] for p in dataset.place_ids)]
-    return np.asarray(extract_descriptors(model, paths, transform, desc="clique descriptors", **extract))
+    return np.asarray(extract_descriptors(model, paths, transform, extraction, desc="clique descriptors"))
 
 
 class CliquePlaceBatchSampler(PlaceBatchSampler):

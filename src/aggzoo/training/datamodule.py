@@ -15,6 +15,7 @@ from aggzoo.data.image_policy import ImagePolicy
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.data.transforms import Transform
 from aggzoo.errors import ConfigError, UserError
+from aggzoo.evaluation.options import ExtractionOptions
 from aggzoo.training.clique_mining import (
     CliqueKeyedDataset,
     CliqueMiner,
@@ -150,11 +151,11 @@ class VPRDataModule(L.LightningDataModule):
         assert options is not None
         module = self.trainer.lightning_module
         model = options.descriptor_model() if options.descriptor_model is not None else module.model
-        precision = str(self.trainer.precision)
-        autocast = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}.get(precision)
+        precision = {"16-mixed": "fp16", "bf16-mixed": "bf16"}.get(str(self.trainer.precision), "fp32")
+        extraction = ExtractionOptions(batch_size=self.eval_batch_size, num_workers=self.num_workers,
+                                       device=str(module.device), precision=precision)
         descriptors = describe_places(model, self.train_dataset, self.eval_transform, seed=self.seed,
-                                      device=module.device, batch_size=self.eval_batch_size,
-                                      num_workers=self.num_workers, autocast_dtype=autocast, progress=None)
+                                      extraction=extraction)
         place_of_image, city_of_place, image_xy, _ = gsv_clique_inputs(self.train_dataset)
         miner = CliqueMiner(place_of_image, city_of_place, image_xy, descriptors,
                             places_per_batch=self.places_per_batch, images_per_place=self.train_dataset.img_per_place,

@@ -336,7 +336,8 @@ class VPRLightningModule(L.LightningModule):
         return full if bool(seen.all()) else None
 
     def on_validation_epoch_end(self) -> None:
-        from aggzoo.evaluation.retrieval import recall_at_k, search
+        from aggzoo.evaluation.metrics.recall import recall_at_k
+        from aggzoo.evaluation.search import search
 
         for index, (name, (num_db, positives)) in enumerate(self.val_sets.items()):
             parts = self._val_parts[index] if index < len(self._val_parts) else []
@@ -348,7 +349,7 @@ class VPRLightningModule(L.LightningModule):
             k = min(max(self.recall_ks), num_db)
             predictions = search(descriptors[:num_db], descriptors[num_db:], k)
             self.val_predictions[name] = predictions
-            # The one rule of evaluation.retrieval.ks_beyond_database: a k above the set's size is R@num_db.
+            # The one rule of evaluation.metrics.recall.ks_beyond_database: a k above the set's size is R@num_db.
             recalls = recall_at_k(predictions, positives, ks=self.recall_ks, num_database=num_db)
             for k_, value in recalls.items():
                 self.log(f"val/{name}/R@{k_}", value, prog_bar=(k_ == 1), add_dataloader_idx=False, sync_dist=True)

@@ -22,7 +22,7 @@ import lightning.pytorch as L
 import numpy as np
 
 from aggzoo.evaluation.report import figure_rgb, pick_queries, recall_curves_figure, retrievals_figure
-from aggzoo.evaluation.retrieval import RetrievalResult, result_from_predictions
+from aggzoo.evaluation.result import RetrievalResult, result_from_predictions
 
 __all__ = ["ValidationPictures", "image_writer", "CURVE_TAG", "GRID_TAG"]
 

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 
 from aggzoo.data.retrieval_set import ImageListDataset
 from aggzoo.data.workers import loader_workers
+from aggzoo.evaluation.options import ExtractionOptions
 
 __all__ = ["ShardedExtractor", "ShardWriter", "merge_shards"]
 
@@ -138,7 +139,7 @@ def merge_shards(stem: Path, world_size: int, num_rows: int, out_path: Path, dty
 
 
 class ShardedExtractor:
-    """A drop-in for :func:`aggzoo.evaluation.retrieval.extract_descriptors` that runs Lightning's predict
+    """A drop-in for :func:`aggzoo.evaluation.extraction.extract_descriptors` that runs Lightning's predict
     loop on every rank of ``trainer`` and returns the merged ``[N, D]`` descriptors (memory-mapped).
 
     Every rank must make the same calls in the same order (they do: each runs the same job).
@@ -164,16 +165,16 @@ class ShardedExtractor:
         launched ranks receive their rank in the environment, which the trainer reads when built)."""
         return bool(self.trainer.is_global_zero)
 
-    def __call__(self, model: nn.Module, paths: Sequence[Any], transform: Callable[[np.ndarray], torch.Tensor], *,
-                 batch_size: int = 32, num_workers: int | None = None, dtype: np.dtype | type = np.float32,
-                 out_path: str | Path | None = None, desc: str = "descriptors", **ignored: Any) -> np.ndarray:
-        """``[N, D]`` descriptors of ``paths``, as :func:`extract_descriptors` returns them. ``device``,
-        ``autocast_dtype`` and ``progress`` are the trainer's (``accelerator``, ``precision``, its bar)."""
-        self._calls += 1
-        self.folder.mkdir(parents=True, exist_ok=True)
+    def __call__(self, model: nn.Module, paths: Sequence[Any], transform: Callable[[np.ndarray], torch.Tensor],
+                 options: ExtractionOptions = ExtractionOptions(), *, out_path: str | Path | None = None,
+                 desc: str = "descriptors", boxes: Sequence[Any] | None = None) -> np.ndarray:
+        """``[N, D]`` descriptors of ``paths``, as :func:`extract_descriptors` returns them. ``options.device``,
+        ``precision`` and ``progress`` are the trainer's (``accelerator``, ``precision``, its bar)."""
         stem = self.folder / f"extract{self._calls:03d}"
-        loader = DataLoader(ImageListDataset(paths, transform), batch_size=batch_size, shuffle=False,
-                            num_workers=loader_workers(num_workers, len(paths), processes=self.trainer.num_devices),
+        dtype = np.dtype(options.descriptor_dtype)
+        dataset = ImageListDataset(paths, transform) if boxes is None else ImageListDataset(paths, transform, boxes=boxes)
+        loader = DataLoader(dataset, batch_size=int(options.batch_size), shuffle=False,
+                            num_workers=loader_workers(options.num_workers, len(paths), processes=self.trainer.num_devices),
                             persistent_workers=False)
         self.writer.start(stem, np.dtype(dtype))
         self.trainer.predict(_Predict(model), dataloaders=loader, return_predictions=False)

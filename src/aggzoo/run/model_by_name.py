@@ -1,48 +1,35 @@
-"""``eval.py model=<name>``: which model an eval config names, the protocol it is evaluated with, and
-the unlabelled mode (``database=<folder> queries=<folder>``).
+"""Which model a config names (``eval.py model=<name>``, ``ckpt_path=``, clique mining's ``descriptor_model``),
+loaded through the one reader and builder.
 
 A name is anything :func:`aggzoo.create_model` takes -- ``<arch>.<tag>`` (official or shipped
 weights), ``<arch>`` (its default weights), ``local-dir:<folder>``, ``hf-hub:<owner>/<repo>``, a
 ``save_pretrained`` folder, a checkpoint file -- and, as ``ckpt_path=`` always took, ``last`` or a
 ``train.py`` run folder. ``ckpt_path=`` is the same key under its older name; both together load the
 file into the registered architecture ``model=`` names (an authors' checkpoint, remapped by the tag's rules).
-
-The protocol (:class:`~aggzoo.evaluation.protocol.EvalProtocol`) comes from the weights'
-:class:`~aggzoo.hub.cfg.PretrainedCfg` when they have one (how their metrics were measured), else from
-the config (``image_size``, the pipeline resize, the backbone's normalisation, as before); any
-``evaluation.<field>`` of :data:`PROTOCOL_KEYS` that is not null overrides it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from PIL import Image
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch import nn
 
-from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import CheckpointNotFoundError, ConfigError, UnknownModelError
 from aggzoo.evaluation.protocol import EvalProtocol
-from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, write_predictions
 from aggzoo.hub.cfg import PretrainedCfg, split_name
 from aggzoo.hub.factory import create_model, get_pretrained_cfg, is_model, model_entrypoint
-from aggzoo.models.input_size import size_multiple
 from aggzoo.training.checkpointing import resolve_ckpt_path
 
-__all__ = ["PROTOCOL_KEYS", "ModelToEvaluate", "command_line_keys", "evaluation_protocol", "load_model_to_evaluate",
-           "model_to_evaluate", "preflight_size", "refuse_ignored_overrides", "run_unlabelled", "unlabelled_requested"]
+__all__ = ["ModelToEvaluate", "command_line_keys", "load_model_to_evaluate", "model_spec", "model_to_evaluate",
+           "normalisation", "refuse_ignored_overrides"]
 
 log = logging.getLogger(__name__)
 
-#: ``evaluation.<key>`` -> :class:`EvalProtocol` field (null: the model's own value)
-PROTOCOL_KEYS = {"image_size": "image_size", "protocol_resize": "resize", "interpolation": "interpolation",
-                 "mean": "mean", "std": "std", "descriptor_dim": "descriptor_dim", "metric": "metric",
-                 "whitening_kind": "whitening_kind"}
 _CHECKPOINT_SUFFIXES = (".ckpt", ".pth", ".pt", ".safetensors", ".bin")
 
 
@@ -164,77 +151,14 @@ def load_model_to_evaluate(cfg: DictConfig) -> ModelToEvaluate | None:
     return ModelToEvaluate(model, asked, getattr(model, "pretrained_cfg", None))
 
 
-def evaluation_protocol(model: nn.Module, cfg: DictConfig, pretrained_cfg: PretrainedCfg | None,
-                        normalisation: dict[str, Any]) -> EvalProtocol:
-    """The protocol ``model`` is evaluated with: its weights' cfg (or, without one, ``image_size`` with
-    the pipeline resize and ``normalisation``), with every non-null ``evaluation.<key>`` of
-    :data:`PROTOCOL_KEYS` applied; ``image_size=`` given on the command line counts as ``evaluation.image_size``."""
-    multiple = size_multiple(model)
-    if pretrained_cfg is not None:
-        base = EvalProtocol.from_pretrained_cfg(pretrained_cfg, multiple=multiple)
-    else:
-        base = EvalProtocol(image_size=tuple(int(s) for s in cfg.image_size), resize="pipeline",
-                            mean=tuple(normalisation["mean"]), std=tuple(normalisation["std"]), multiple=multiple,
-                            source="the config (image_size, the backbone's normalisation): the model states no protocol")
-    node = OmegaConf.to_container(cfg.get("evaluation") or {}, resolve=True)
-    overrides = {field: node.get(key) for key, field in PROTOCOL_KEYS.items()}
-    if overrides["resize"] is not None:
-        overrides["resize"] = "protocol" if overrides["resize"] else "pipeline"
-    if overrides["image_size"] is None and pretrained_cfg is not None and "image_size" in command_line_keys():
-        overrides["image_size"] = OmegaConf.to_container(cfg.image_size) if not isinstance(cfg.image_size, int) \
-            else cfg.image_size
-    protocol = base.overridden_by(overrides)
-    out_dim = getattr(model, "out_dim", None)
-    if protocol.descriptor_dim is not None and isinstance(out_dim, int) and out_dim != protocol.descriptor_dim:
-        where = "evaluation.descriptor_dim" if "descriptor_dim" in protocol.overridden else protocol.source
-        raise ConfigError(f"the model gives {out_dim}-D descriptors but {where} states {protocol.descriptor_dim}; "
-                          "evaluate the weights the protocol was written for, or set evaluation.descriptor_dim=null")
-    if protocol.descriptor_dim is None and isinstance(out_dim, int):
-        protocol = replace(protocol, descriptor_dim=out_dim)
-    return protocol
+def model_spec(cfg: DictConfig) -> dict[str, Any]:
+    """The model spec of a run config: its ``backbone`` and ``head`` nodes, resolved to plain data
+    (built by :func:`aggzoo.hub.builder.build_model`, stored in every checkpoint)."""
+    return {"backbone": OmegaConf.to_container(cfg.backbone, resolve=True),
+            "head": OmegaConf.to_container(cfg.head, resolve=True)}
 
 
-def preflight_size(protocol: EvalProtocol, sets: Mapping[str, RetrievalSet]) -> tuple[int, int]:
-    """The ``(H, W)`` the preflight runs the model at: the protocol's, or under a short side the size
-    the first database image is resized to (its header read, not its pixels)."""
-    if protocol.fixed_size:
-        return protocol.output_size(0, 0)
-    first = next((s.database_paths[0] for s in sets.values() if s.database_paths), None)
-    if first is None:
-        return protocol.output_size(int(protocol.image_size), int(protocol.image_size))
-    with Image.open(first) as image:
-        width, height = image.size
-    return protocol.output_size(height, width)
-
-
-def unlabelled_requested(cfg: DictConfig) -> bool:
-    """``database=`` or ``queries=`` set: retrieval without ground truth instead of the benchmarks."""
-    return bool(cfg.get("database") or cfg.get("queries"))
-
-
-def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, meta: dict[str, Any],
-                   device: Any) -> Predictions:
-    """Top-``top_k`` of every image of ``queries=`` among ``database=`` (no ground truth), written to
-    the run folder as ``predictions.csv`` / ``.json`` / ``.png``."""
-    if "benchmark" in command_line_keys():
-        raise ConfigError("benchmark= and database=/queries= are two evaluations: a benchmark has ground truth, the "
-                          "folders have none (their top-k predictions are written); give one of them")
-    database = image_folder(cfg.get("database"), "database")
-    queries = image_folder(cfg.get("queries"), "queries")
-    options = OmegaConf.to_container(cfg.evaluation, resolve=True)
-    search = {key: options.get(key) for key in ("index", "search_params", "use_gpu", "refine")}
-    search["index"] = search["index"] or "Flat"
-    predictions = predict(model.to(device), database, queries, protocol.transform(), k=int(cfg.top_k),
-                          refine_store=options.get("refine_store") or "ram", metric=protocol.metric,
-                          batch_size=int(cfg.eval_batch_size) if protocol.fixed_size else 1,
-                          num_workers=cfg.num_workers, device=device, progress=options.get("progress"), **search)
-    files = write_predictions(predictions, cfg.paths.output_dir,
-                              meta={**meta, "database": str(cfg.database), "queries": str(cfg.queries)},
-                              picture=bool(options.get("pictures", True)),
-                              grid_queries=int(options.get("grid_queries", 6)), grid_k=int(options.get("grid_k", 5)))
-    summary = predictions.summary()
-    distance = (f"; top-1 median {summary['median_top1_distance_m']:.1f} m from the query (file-name coordinates), "
-                f"{100 * summary['top1_within_25m']:.1f} % within 25 m" if predictions.distances_m is not None else "")
-    print(f"{len(queries)} queries x {len(database)} database images, top-{summary['k']} written to "
-          f"{files['csv']} and {files['json']}{distance}")
-    return predictions
+def normalisation(model: nn.Module) -> dict[str, Any]:
+    """``{"mean", "std"}`` of the model's backbone (its timm pretrained cfg; ImageNet's when it states none)."""
+    cfg = getattr(getattr(model, "backbone", None), "pretrained_cfg", {}) or {}
+    return {"mean": tuple(cfg.get("mean", IMAGENET_DEFAULT_MEAN)), "std": tuple(cfg.get("std", IMAGENET_DEFAULT_STD))}
