@@ -43,8 +43,8 @@ from aggzoo.run.model_by_name import command_line_keys, load_model_to_evaluate, 
 from aggzoo.run.preflight import build_model_checked, check_config, check_evaluation, result_notes
 from aggzoo.training.sharded_extraction import ShardedExtractor
 
-__all__ = ["PROTOCOL_KEYS", "ImageChecks", "evaluate", "evaluation_protocol", "prepare_benchmarks", "preflight_size",
-           "run_unlabelled", "untrained_note"]
+__all__ = ["PROTOCOL_KEYS", "ImageChecks", "comparable_published", "evaluate", "evaluation_protocol",
+           "prepare_benchmarks", "preflight_size", "run_unlabelled", "untrained_note"]
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,35 @@ def _sharded_extractor(cfg: DictConfig, options: EvaluationOptions) -> tuple[Sha
     return ShardedExtractor(trainer_factory, folder), None if store else folder
 
 
+#: command-line keys that move a benchmark's files away from the ones its published figures were measured on
+_MOVED_DATA = ("paths.data_root", "paths.shared_data")
+
+
+def comparable_published(published: Mapping[str, float] | None, sets: Mapping[str, RetrievalSet],
+                         overridden: set[str]) -> dict[str, float]:
+    """The published figures (``"<benchmark>/<metric>" -> percent``) that apply to ``sets`` as loaded: those of a
+    benchmark whose files were moved on the command line (``benchmark.<name>.*``, ``paths.data_root``,
+    ``paths.shared_data``) are another dataset's, so they are dropped, with a note saying why."""
+    if not published:
+        return {}
+    kept = dict(published)
+    for name, retrieval_set in sets.items():
+        moved = sorted(k for k in overridden if k.startswith(f"benchmark.{name}.") or k in _MOVED_DATA)
+        figures = [key for key in published if key.rsplit("/", 1)[0] in (name, retrieval_set.name)]
+        if moved and figures:
+            for key in figures:
+                kept.pop(key, None)
+            print(f"note: {name}: the model's published figures are not shown: {', '.join(moved)} points the benchmark "
+                  "at other files than the ones they were measured on")
+    return kept
+
+
 # -- the job ---------------------------------------------------------------------------------------
+
+
+def _choice(value: Any) -> str:
+    """A typed config choice (an Enum of :mod:`aggzoo.run.config_schema`) as its string."""
+    return str(getattr(value, "value", value))
 
 
 def _device() -> torch.device:
@@ -203,7 +231,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
         run_unlabelled(cfg, model, protocol, options, meta)
         return []
     sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
-    checks = ImageChecks(bad_images=str(cfg.get("bad_images", "fail")), check_images=str(cfg.get("check_images", "header")),
+    checks = ImageChecks(bad_images=_choice(cfg.get("bad_images", "fail")),
+                         check_images=_choice(cfg.get("check_images", "header")),
                          num_workers=cfg.get("num_workers"), log_dir=Path(cfg.paths.output_dir))
     policy = checks.policy()
     sets, skipped = prepare_benchmarks(model, sets, preflight_size(protocol, sets), options, checks, policy)
@@ -212,7 +241,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     writer = extractor is None or extractor.is_global_zero
     if not writer:
         options = replace(options, outputs=replace(options.outputs, dir=None, pictures=False))
-    published = named.pretrained_cfg.metrics if named and named.pretrained_cfg else None
+    published = comparable_published(named.pretrained_cfg.metrics if named and named.pretrained_cfg else None,
+                                     sets, command_line_keys())
     try:
         results = evaluate_benchmarks(model.to(device), sets, protocol.transform(), options, meta=meta,
                                       published=published, extractor=extractor)
