@@ -12,48 +12,11 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from revisitop_files import DATABASE, GND, QUERIES, jpeg_of_noise, write_r1m, write_revisitop
 
 from aggzoo.data.retrieval_set import ImageListDataset
 from aggzoo.data.revisitop import load_revisitop, read_r1m_list
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError, UnsafeDataFileError
-
-DATABASE = [f"all_souls_{i:06d}" for i in range(8)]
-QUERIES = ["all_souls_000013", "ashmolean_000000", "balliol_000051"]
-# Per query: easy, hard, junk (zero-based database indices) and the box, as revisitop's gnd holds them.
-GND = [
-    {"bbx": [136.5, 34.25, 180.5, 100.75], "easy": [0, 3], "hard": [5], "junk": [1, 7]},
-    {"bbx": [2.0, 3.0, 30.0, 41.0], "easy": [], "hard": [2, 6], "junk": []},
-    {"bbx": [0.4, 0.6, 63.5, 47.5], "easy": [4], "hard": [], "junk": [0]},
-]
-
-
-def _jpeg(path: Path, seed: int, size: tuple[int, int] = (64, 48)) -> None:
-    rng = np.random.default_rng(seed)
-    Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(path, quality=95)
-
-
-def write_revisitop(root: Path, dataset: str = "roxford5k") -> Path:
-    """A revisitop-layout folder: ``jpg/`` and ``gnd_<dataset>.pkl`` with numpy index arrays."""
-    (root / "jpg").mkdir(parents=True)
-    for i, name in enumerate(DATABASE + QUERIES):
-        _jpeg(root / "jpg" / f"{name}.jpg", seed=i, size=(200, 120) if name == QUERIES[0] else (64, 48))
-    entries = [{"bbx": np.array(g["bbx"]), **{k: np.array(g[k], dtype=np.int64) for k in ("easy", "hard", "junk")}}
-               for g in GND]
-    with (root / f"gnd_{dataset}.pkl").open("wb") as file:
-        pickle.dump({"imlist": DATABASE, "qimlist": QUERIES, "gnd": entries}, file)
-    return root
-
-
-def write_r1m(folder: Path, lines: list[str]) -> Path:
-    (folder / "jpg").mkdir(parents=True)
-    for i, line in enumerate(lines):
-        name = line.strip()
-        if name:
-            target = folder / "jpg" / (name if Path(name).suffix else f"{name}.jpg")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _jpeg(target, seed=100 + i)
-    (folder / "revisitop1m.txt").write_text("\n".join(lines) + "\n")
-    return folder
 
 
 def _as_lists(arrays) -> list[list[int]]:
@@ -236,7 +199,7 @@ def test_image_list_dataset_crops_queries_as_revisitop_does(tmp_path):
 
 def test_a_box_past_the_border_is_clamped_where_pil_pads_black(tmp_path):
     path = tmp_path / "q.jpg"
-    _jpeg(path, seed=7, size=(40, 30))
+    jpeg_of_noise(path, seed=7, size=(40, 30))
     box = (30.5, 20.5, 55.0, 44.0)  # rounds to (30, 20, 55, 44); the image ends at x = 40, y = 30
     cropped = ImageListDataset([path], _as_tensor, boxes=[box])[0][0].permute(1, 2, 0).numpy()
     padded = _pil_crop(path, box)
