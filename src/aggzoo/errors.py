@@ -27,6 +27,7 @@ __all__ = [
     "ConversionError",
     "DatasetFormatError",
     "DatasetLayoutError",
+    "UnsafeDataFileError",
     "DiskFullError",
     "ExportError",
     "ImageReadError",
@@ -77,6 +78,12 @@ class DatasetLayoutError(UserError, FileNotFoundError):
 
 class DatasetFormatError(UserError, ValueError):
     """A dataset file exists but its content or name is malformed: the message names the file."""
+
+
+class UnsafeDataFileError(DatasetFormatError):
+    """A data file (a pickled ground truth) names a Python global that is not a numpy array type, so
+    loading it could run code: it was refused before anything in it ran; the message names the file
+    and the global."""
 
 
 class ImageReadError(UserError, OSError):

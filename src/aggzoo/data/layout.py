@@ -10,11 +10,11 @@ import pickle
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from scipy.spatial import cKDTree
 
+from aggzoo.data.safe_pickle import unpickle_data
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 __all__ = [
@@ -110,28 +110,6 @@ def positives_within_radius(
     return tuple(np.sort(np.asarray(n, dtype=np.int64)) for n in neighbours)
 
 
-# numpy's own reconstructors: an object array's pickle needs these and nothing else.
-_NUMPY_GLOBALS = frozenset({
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-    ("numpy", "ndarray"), ("numpy", "dtype"),
-})
-
-
-class _RefusedGlobal(pickle.UnpicklingError):
-    pass
-
-
-class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles numpy arrays, lists, numbers and strings; any other global is refused, so a crafted
-    ``.npy`` whose pickle would call code (``os.system``) is rejected before anything runs."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _NUMPY_GLOBALS or (module == "numpy" and name.startswith(("int", "uint", "float"))):
-            return super().find_class(module, name)
-        raise _RefusedGlobal(f"refusing the global {module}.{name}")
-
-
 def load_npy(path: Path, *, objects: bool = False) -> np.ndarray:
     """A ``.npy`` file as an array. ``objects=True`` also reads object arrays (ragged ground-truth
     lists), through an unpickler that knows only numpy's array types: no code in the file runs.
@@ -149,12 +127,10 @@ def load_npy(path: Path, *, objects: bool = False) -> np.ndarray:
                 return np.load(file, allow_pickle=False)
             if not objects:
                 raise DatasetFormatError(f"{path}: holds Python objects where an array of numbers or strings is expected")
-            array = _ArrayUnpickler(file).load()
+            array = unpickle_data(file, path, what="ground-truth .npy",
+                                  fix="re-download it from the dataset's source")
     except DatasetFormatError:
         raise
-    except _RefusedGlobal as err:
-        raise DatasetFormatError(f"{path}: {err}; a ground-truth .npy holds only arrays and lists of indices, "
-                                 "so this file was not loaded (re-download it from the dataset's source)") from None
     except (pickle.UnpicklingError, ValueError, OSError, EOFError, TypeError, KeyError, IndexError,
             AttributeError) as err:
         raise DatasetFormatError(f"{path}: cannot read as .npy ({err})") from None

@@ -2,5 +2,7 @@
 mP@k of the revisited Oxford/Paris protocol (:mod:`.revisited`)."""
 
 from aggzoo.evaluation.metrics.recall import first_correct_rank, ks_beyond_database, recall_at_k, recall_curve
+from aggzoo.evaluation.metrics.revisited import average_precision, positive_ranks, precision_at_k, revisited_metrics
 
-__all__ = ["first_correct_rank", "ks_beyond_database", "recall_at_k", "recall_curve"]
+__all__ = ["average_precision", "first_correct_rank", "ks_beyond_database", "positive_ranks", "precision_at_k",
+           "recall_at_k", "recall_curve", "revisited_metrics"]
