@@ -106,7 +106,7 @@ def extract_descriptors(
     device = options.torch_device or home
     dtype = np.dtype(options.descriptor_dtype)
     autocast_dtype = options.autocast_dtype
-    dataset = ImageListDataset(paths, transform) if boxes is None else ImageListDataset(paths, transform, boxes=boxes)
+    dataset = ImageListDataset(paths, transform, boxes=boxes)
     loader = DataLoader(
         dataset, batch_size=int(options.batch_size), shuffle=False,
         num_workers=loader_workers(options.num_workers, len(paths)), pin_memory=device.type == "cuda",

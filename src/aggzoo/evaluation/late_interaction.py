@@ -153,9 +153,8 @@ def extract_instance_tokens(model: nn.Module, paths: Sequence[Any], transform: C
     """``[N, K, C]`` float16 instance tokens of ``paths`` (a memory-mapped ``.npy`` at ``out_path``), extracted
     with ``options`` (batch size, workers, device, progress; stored float16 whatever ``descriptor_dtype`` says)."""
     options = replace(options, descriptor_dtype="float16")
-    extra = {"boxes": boxes} if boxes is not None else {}
     flat = extract_descriptors(InstanceTokens(model, tokens), paths, transform, options, out_path=out_path,
-                               desc="instance tokens", **extra)
+                               desc="instance tokens", boxes=boxes)
     shape = (len(flat), tokens, flat.shape[1] // tokens)
     if out_path is None:
         return flat.reshape(shape)
@@ -272,7 +271,7 @@ class _BoundRerank:
             folder.mkdir(parents=True, exist_ok=True)
             start = time.perf_counter()
             splits = {}
-            boxes = getattr(self.set, "query_boxes", None)
+            boxes = self.set.query_boxes
             for split, paths, split_boxes in (("database", self.set.database_paths, None),
                                               ("queries", self.set.query_paths, boxes)):
                 splits[split] = extract_instance_tokens(

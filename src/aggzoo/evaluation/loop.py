@@ -27,7 +27,7 @@ from aggzoo.evaluation.extraction import extract_descriptors, model_device, open
 from aggzoo.evaluation.index import binary_refine_message, is_binary_index, row_chunks
 from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.postprocess import PCAWhitening, rerank_metric_check
-from aggzoo.evaluation.result import RetrievalResult, result_from_predictions
+from aggzoo.evaluation.result import RANKING_METRICS, RetrievalResult, result_from_predictions
 from aggzoo.evaluation.search import search
 
 __all__ = ["Stages", "evaluate_retrieval", "search_depth"]
@@ -54,9 +54,13 @@ class Stages:
 
 def search_depth(retrieval_set: RetrievalSet, options: EvaluationOptions, rerank: Any = None) -> int:
     """How many results per query the search returns: the largest Recall@k cut-off or the re-ranker's
-    shortlist, capped at the database size."""
+    shortlist, capped at the database size; for a metric of the whole ranking (mAP), every database image
+    (a two-stage search: its shortlist ``refine``, so mAP is then over the top ``M``)."""
     top_m = getattr(rerank, "top_m", 0) or 0
-    return min(max(max(options.ks), top_m), retrieval_set.num_database)
+    depth = max(max(options.ks), top_m)
+    if set(retrieval_set.metrics) & set(RANKING_METRICS):
+        depth = max(depth, options.search.refine or retrieval_set.num_database)
+    return min(depth, retrieval_set.num_database)
 
 
 def evaluate_retrieval(
@@ -91,7 +95,7 @@ def evaluate_retrieval(
     # with a binary first stage, one pass gives each image's float descriptor and its codes side by side
     # (exact in any float dtype: +-1), split afterwards; the store file then holds both
     net = hashing if hashing is not None else model
-    boxes = getattr(retrieval_set, "query_boxes", None)
+    boxes = retrieval_set.query_boxes  # revisited Oxford/Paris: queries cropped to their box before the transform
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aggzoo-store-") as tmp:
         folder = Path(search_options.store_dir if search_options.store_dir is not None else tmp)
@@ -101,7 +105,7 @@ def evaluate_retrieval(
         database = extract(net, retrieval_set.database_paths, transform, extraction, out_path=path,
                            desc=f"{retrieval_set.name} database")
         queries = extract(net, retrieval_set.query_paths, transform, extraction, desc=f"{retrieval_set.name} queries",
-                          **({"boxes": boxes} if boxes is not None else {}))
+                          boxes=boxes)
         codes = None
         if hashing is not None:
             (database, database_codes), (queries, query_codes) = hashing.split(database), hashing.split(queries)

@@ -66,16 +66,47 @@ def _rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]
     return header, rows
 
 
-def format_table(results: Sequence[RetrievalResult]) -> str:
-    """A fixed-width table of Recall@k in percent, one row per benchmark."""
-    header, rows = _rows(results)
+def _metric_rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]]]:
+    """One row per (benchmark, ground-truth setup) of the results with metrics besides Recall@k (mAP, mP@k)."""
+    scored = [r for r in results if r.metrics]
+    names = sorted({key.split("/", 1)[1] for r in scored for key in r.metrics}, key=_metric_order)
+    header = ["benchmark", "setup", "queries", "database", *[f"{n} (%)" for n in names]]
+    rows = []
+    for r in scored:
+        setups = list(dict.fromkeys(key.split("/", 1)[0] for key in r.metrics))
+        counts = r.extras.get("metric_queries", {})
+        for setup in setups:
+            values = [f"{100 * r.metrics[f'{setup}/{n}']:.2f}" if f"{setup}/{n}" in r.metrics else "-" for n in names]
+            queries = counts.get(setup, {}).get("queries", r.num_queries)
+            rows.append([r.name, setup, str(queries), str(r.num_database), *values])
+    return header, rows
+
+
+def _metric_order(name: str) -> tuple[int, int]:
+    """mAP first, then mP@k by k."""
+    return (0, 0) if name == "mAP" else (1, int(name.rpartition("@")[2] or 0))
+
+
+def _fixed_width(header: list[str], rows: list[list[str]], text_columns: int = 1) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(c.ljust(w) if i < text_columns else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
     rule = "-" * len(line(header))
     return "\n".join([line(header), rule, *map(line, rows)])
+
+
+def format_table(results: Sequence[RetrievalResult]) -> str:
+    """Fixed-width tables in percent: Recall@k, one row per place-recognition benchmark; and for benchmarks
+    scored by mAP (revisited Oxford/Paris), mAP and mP@k, one row per benchmark and setup (easy/medium/hard)."""
+    tables = []
+    recall = [r for r in results if r.reports_recall]
+    if recall:
+        tables.append(_fixed_width(*_rows(recall)))
+    if any(r.metrics for r in results):
+        tables.append(_fixed_width(*_metric_rows(results), text_columns=2))
+    return "\n\n".join(tables)
 
 
 def to_json(results: Sequence[RetrievalResult], meta: dict[str, Any] | None = None,
@@ -99,11 +130,19 @@ def write_json(results: Sequence[RetrievalResult], path: str | Path, meta: dict[
 
 
 def write_markdown(results: Sequence[RetrievalResult], path: str | Path, title: str = "Retrieval results") -> Path:
-    """A Markdown table of Recall@k in percent (plus counts); returns the path."""
-    header, rows = _rows(results)
-    lines = [f"# {title}", "", "| " + " | ".join(header) + " |",
-             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    """Markdown tables of Recall@k (and of mAP / mP@k where the benchmark reports them) in percent, with
+    counts; returns the path."""
+    lines = [f"# {title}"]
+    tables = []
+    recall = [r for r in results if r.reports_recall]
+    if recall:
+        tables.append((_rows(recall), 1))
+    if any(r.metrics for r in results):
+        tables.append((_metric_rows(results), 2))
+    for (header, rows), text_columns in tables:
+        lines += ["", "| " + " | ".join(header) + " |",
+                  "|" + "|".join(["---"] * text_columns + ["---:"] * (len(header) - text_columns)) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
     notes = [f"- {r.name}: {r.queries_without_positive} of {r.num_queries} queries have no positive (counted as misses)"
              for r in results if r.queries_without_positive]
     if notes:
@@ -260,12 +299,16 @@ def retrievals_figure(
     grid_rows = []
     for q in rows:
         positives = rs.positives[q]
+        junk = rs.junk[q] if rs.junk is not None else ()
         cells: list[_Cell] = [(rs.query_paths[q], f"query {q}", "tab:blue", "solid")]
         for rank, db in enumerate(result.predictions[q, :k], start=1):
             if db < 0:
                 cells.append((None, f"#{rank}: none", "grey", "solid"))
                 continue
             hit = db in positives
+            if not hit and db in junk:  # neither right nor wrong: the protocol ignores it
+                cells.append((rs.database_paths[db], f"#{rank} junk (ignored)", "tab:orange", "dotted"))
+                continue
             cells.append((rs.database_paths[db], f"#{rank} {'correct' if hit else 'wrong'}",
                           "tab:green" if hit else "tab:red", "solid"))
         if len(positives):
@@ -275,7 +318,9 @@ def retrievals_figure(
         else:
             cells.append((None, "no positive", "grey", "dashed"))
         grid_rows.append(cells)
-    title = (f"{result.name}: query (blue), top-{k} retrievals (green = positive, red = not), first positive (dashed)\n"
+    junk_note = ", orange = junk" if rs.junk is not None else ""
+    title = (f"{result.name}: query (blue), top-{k} retrievals (green = positive, red = not{junk_note}), "
+             "first positive (dashed)\n"
              f"{grid_rows_caption(result, rows, picked=queries is None)}")
     return _grid_figure(grid_rows, title, thumb_height)
 

@@ -9,11 +9,17 @@ from typing import Any
 
 import numpy as np
 
-from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.data.retrieval_set import GroundTruth, RetrievalSet
 from aggzoo.evaluation.metrics.recall import recall_at_k, recall_curve
+from aggzoo.evaluation.metrics.revisited import revisited_metrics
 from aggzoo.evaluation.options import DEFAULT_KS
 
-__all__ = ["RetrievalResult", "result_from_predictions"]
+__all__ = ["MP_KS", "RANKING_METRICS", "RetrievalResult", "benchmark_metrics", "result_from_predictions"]
+
+#: the k of mP@k the revisited protocol reports
+MP_KS = (1, 5, 10)
+#: metric names (``RetrievalSet.metrics``) scored on the whole ranking, so the search returns every database image
+RANKING_METRICS = ("map", "mp")
 
 
 @dataclass
@@ -49,8 +55,7 @@ class RetrievalResult:
     @property
     def reports_recall(self) -> bool:
         """Whether the benchmark's community reports Recall@k (a place-recognition benchmark)."""
-        names = getattr(self.retrieval_set, "metrics", ("recall",)) if self.retrieval_set is not None else ("recall",)
-        return "recall" in names or not self.metrics
+        return self.retrieval_set is None or "recall" in self.retrieval_set.metrics
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready fields (no arrays except the short curve)."""
@@ -69,12 +74,33 @@ class RetrievalResult:
         }
 
 
+def benchmark_metrics(retrieval_set: RetrievalSet, predictions: np.ndarray) -> tuple[dict[str, float], dict[str, Any]]:
+    """The metrics ``retrieval_set.metrics`` names besides Recall@k, on ``[Q, K]`` ranked predictions:
+    ``({"<setup>/mAP": ..., "<setup>/mP@<k>": ...}, {"<setup>": {"queries", "left_out", "incomplete"}})`` for the
+    revisited protocol, per ground-truth setup (easy / medium / hard; one unnamed setup when the set has none)."""
+    if not set(retrieval_set.metrics) & set(RANKING_METRICS):
+        return {}, {}
+    setups = retrieval_set.setups or {"all": GroundTruth(retrieval_set.positives, retrieval_set.junk)}
+    scored = revisited_metrics(predictions, setups, MP_KS)
+    metrics, counts = {}, {}
+    for setup, values in scored.items():
+        if "map" in retrieval_set.metrics:
+            metrics[f"{setup}/mAP"] = float(values["map"])
+        if "mp" in retrieval_set.metrics:
+            metrics.update({f"{setup}/mP@{k}": float(values[f"mp@{k}"]) for k in MP_KS})
+        counts[setup] = {key: int(values[key]) for key in ("queries", "left_out", "incomplete")}
+    return metrics, counts
+
+
 def result_from_predictions(
     retrieval_set: RetrievalSet, predictions: np.ndarray, ks: Sequence[int] = DEFAULT_KS, **fields: Any
 ) -> RetrievalResult:
     """A :class:`RetrievalResult` from ranked ``[Q, K]`` predictions (computed here, elsewhere, or re-ranked):
-    Recall@k, and the set's other metrics."""
+    Recall@k, and the set's other metrics (:func:`benchmark_metrics`; their query counts in ``extras``)."""
     positives = retrieval_set.positives
+    metrics, counts = benchmark_metrics(retrieval_set, predictions)
+    if counts:
+        fields["extras"] = {**fields.get("extras", {}), "metric_queries": counts}
     return RetrievalResult(
         name=retrieval_set.name,
         recalls=recall_at_k(predictions, positives, ks, num_database=retrieval_set.num_database),
@@ -84,5 +110,6 @@ def result_from_predictions(
         predictions=predictions,
         curve=recall_curve(predictions, positives),
         retrieval_set=retrieval_set,
+        metrics=metrics,
         **fields,
     )

@@ -172,7 +172,7 @@ class ShardedExtractor:
         ``precision`` and ``progress`` are the trainer's (``accelerator``, ``precision``, its bar)."""
         stem = self.folder / f"extract{self._calls:03d}"
         dtype = np.dtype(options.descriptor_dtype)
-        dataset = ImageListDataset(paths, transform) if boxes is None else ImageListDataset(paths, transform, boxes=boxes)
+        dataset = ImageListDataset(paths, transform, boxes=boxes)
         loader = DataLoader(dataset, batch_size=int(options.batch_size), shuffle=False,
                             num_workers=loader_workers(options.num_workers, len(paths), processes=self.trainer.num_devices),
                             persistent_workers=False)
