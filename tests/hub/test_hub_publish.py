@@ -128,7 +128,8 @@ def test_weight_files_are_byte_reproducible(trained_tiny: torch.nn.Module, tmp_p
 
     from safetensors import safe_open
 
-    from aggzoo.hub.io import save_weights, sha256_of
+    from aggzoo.hub.checkpoint import sha256_of
+    from aggzoo.hub.saving import save_weights
 
     metadata = {key: key * 3 for key in "hgfedcba"}  # 8 keys: 40320 orders
     state = trained_tiny.state_dict()
@@ -145,3 +146,4 @@ def test_weight_files_are_byte_reproducible(trained_tiny: torch.nn.Module, tmp_p
     first = aggzoo.save_pretrained(trained_tiny, tmp_path / "a") / "model.safetensors"
     second = aggzoo.save_pretrained(trained_tiny, tmp_path / "b") / "model.safetensors"
     assert first.read_bytes() == second.read_bytes()
+

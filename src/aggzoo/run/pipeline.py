@@ -31,8 +31,8 @@ from aggzoo.errors import ConfigError, DatasetLayoutError, RunFolderError, UserE
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
+from aggzoo.hub.checkpoint import SPEC_KEY, read_checkpoint
 from aggzoo.hub.factory import create_model, is_model
-from aggzoo.hub.io import SPEC_KEY, read_checkpoint
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.run.eval_by_name import (
     PROTOCOL_KEYS,
