@@ -6,6 +6,9 @@ descriptor size and the preprocessing; never code) and a ``README.md`` model car
 (:mod:`aggzoo.hub.card`). ``aggzoo.create_model("local-dir:<folder>")`` loads it back through
 :func:`read_local_dir`; ``"hf-hub:<owner>/<repo>"`` fetches the same two files first
 (:func:`aggzoo.hub.download.hf_hub_folder`).
+
+Both files get the permissions of any file the process creates (``0666`` less the umask), so others
+in a group can read the weights as they can read the config.
 """
 
 from __future__ import annotations
@@ -99,11 +102,14 @@ def save_weights(tensors: Mapping[str, Tensor], path: str | Path, metadata: Mapp
     safetensors orders the header's ``__metadata__`` map differently from one process to the next (a Rust
     hash map), so the same tensors gave files of different sha256. The header is rewritten with that map
     in sorted key order: same keys, same length, so no tensor offset moves. Tensors are copied to
-    contiguous CPU clones first (safetensors refuses views that share storage).
+    contiguous CPU clones first (safetensors refuses views that share storage). The file gets the mode
+    ``open()`` gives a new file (``0666`` less the umask), not safetensors' private ``0600``.
     """
     path = Path(path)
     save_file({k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}, str(path),
               metadata=dict(metadata))
+    # safetensors writes a private temporary file (mode 0600) beside the target and renames it into place.
+    os.chmod(path, 0o666 & ~_umask())
     with path.open("r+b") as f:
         (length,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(length))
@@ -144,3 +150,16 @@ def read_local_dir(directory: str | os.PathLike) -> tuple[dict[str, Any], Path]:
     config["spec"] = normalise_spec(config.get("spec"), where=str(config_path))
     return config, weights_path
 
+
+def _umask() -> int:
+    """The process's umask. Linux shows it in ``/proc/self/status``, read without changing it;
+    elsewhere it is set and restored at once (``os.umask`` is the only call that returns it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
