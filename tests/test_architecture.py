@@ -246,13 +246,17 @@ def _calls(module: str) -> set[str]:
     return out
 
 
+#: The module of the one checkpoint reader, ``read_checkpoint``.
+READER = "aggzoo.hub.checkpoint"
+
+
 def test_one_checkpoint_reader() -> None:
-    """Files become tensors in aggzoo.hub.io.read_checkpoint only (torch.load weights_only / safetensors)."""
+    """Files become tensors in aggzoo.hub.checkpoint.read_checkpoint only (torch.load weights_only / safetensors)."""
     readers = {"torch.load", "load_file", "safe_open", "safetensors.torch.load_file", "torch.serialization.load"}
-    found = sorted(f"{m} calls {c}" for m in _modules() if m != "aggzoo.hub.io" and m not in OTHER_CHECKPOINT_READS
+    found = sorted(f"{m} calls {c}" for m in _modules() if m != READER and m not in OTHER_CHECKPOINT_READS
                    for c in _calls(m) & readers)
-    assert not found, "read checkpoints with aggzoo.hub.io.read_checkpoint:\n  " + "\n  ".join(found)
-    assert "torch.load" in _calls("aggzoo.hub.io")
+    assert not found, f"read checkpoints with {READER}.read_checkpoint:\n  " + "\n  ".join(found)
+    assert {"torch.load", "load_file", "safe_open"} <= _calls(READER)
     for module, call in OTHER_CHECKPOINT_READS.items():
         assert call in _calls(module), f"{module} no longer calls {call}; remove it from OTHER_CHECKPOINT_READS"
 
@@ -289,3 +293,17 @@ def test_the_parameter_counter_counts() -> None:
     tree = ast.parse("def f(a, /, b=1, *c, d, e=2, **f): pass\nclass K:\n    def m(self, x): pass")
     assert _parameter_count(tree.body[0]) == 6
     assert _parameter_count(tree.body[1].body[0]) == 1
+
+
+#: aggzoo.hub's modules in their layer order (aggzoo/hub/__init__.py): each imports only those before it.
+HUB_LAYERS = ("cfg", "registry", "builder", "remap", "ensembling", "checkpoint", "card", "saving", "download",
+              "loading", "manifest", "publish", "factory")
+
+
+def test_each_hub_module_imports_only_those_before_it() -> None:
+    order = [f"{ROOT}.hub.{name}" for name in HUB_LAYERS]
+    assert sorted(order) == sorted(m for m in _modules() if m.startswith(f"{ROOT}.hub.")), \
+        "HUB_LAYERS must list every module of aggzoo.hub, once"
+    found = [f"{module} imports {later}" for i, module in enumerate(order) for later in order[i + 1:]
+             if later in graph()[module]]
+    assert not found, "a hub module imports one above it in HUB_LAYERS:\n  " + "\n  ".join(found)

@@ -22,7 +22,8 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from aggzoo.hub.io import sha256_of, weights_dir
+from aggzoo.hub.checkpoint import sha256_of
+from aggzoo.hub.download import weights_dir
 
 REPO = Path(__file__).resolve().parents[1]
 #: a seconds-sized default job: the tiny synthetic city, a tiny random backbone, one epoch

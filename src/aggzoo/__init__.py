@@ -31,7 +31,7 @@ _API = {
     "list_models": "aggzoo.hub.factory",
     "list_pretrained": "aggzoo.hub.factory",
     "load_head": "aggzoo.hub.factory",
-    "save_pretrained": "aggzoo.hub.io",
+    "save_pretrained": "aggzoo.hub.saving",
     "push_to_hub": "aggzoo.hub.publish",
 }
 

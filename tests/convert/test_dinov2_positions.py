@@ -35,7 +35,7 @@ from torch import Tensor
 
 import aggzoo
 from aggzoo.errors import StateDictMismatchError
-from aggzoo.hub.io import load_into
+from aggzoo.hub.loading import load_into
 
 DEPTH = 2
 SIZES = [(224, 224), (322, 322), (238, 322)]  # the training size, the built size, a non-square one

@@ -27,7 +27,7 @@ from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.retrieval import evaluate_retrieval
 from aggzoo.hub.builder import build_model
 from aggzoo.hub.cfg import PretrainedCfg
-from aggzoo.hub.io import SPEC_KEY
+from aggzoo.hub.checkpoint import SPEC_KEY
 from aggzoo.models.input_size import size_multiple
 from aggzoo.run.eval_by_name import evaluation_protocol, load_model_to_evaluate
 from aggzoo.run.pipeline import evaluate, model_spec

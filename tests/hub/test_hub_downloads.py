@@ -16,8 +16,9 @@ from hub_servers import LocalHub, serve_folder
 from safetensors.torch import save_file
 
 from aggzoo.errors import ChecksumMismatchError, WeightsUnavailableError
-from aggzoo.hub import io as hub
 from aggzoo.hub.cfg import PretrainedCfg
+from aggzoo.hub.download import cache_dir, fetch_weights
+from aggzoo.hub.loading import load_checkpoint
 
 REPO = "someone/tiny-gem"
 
@@ -38,7 +39,7 @@ def _sha(data: bytes) -> str:
 
 def _loads_the_same(path: Path, state: dict[str, torch.Tensor]) -> None:
     model = tiny_model()
-    hub.load_checkpoint(model, path)
+    load_checkpoint(model, path)
     for key, value in state.items():
         assert torch.equal(model.state_dict()[key], value), key
 
@@ -53,7 +54,7 @@ def test_url_download_shows_progress_is_cached_and_checked(online: dict[str, Pat
     (tmp_path / "releases" / "tiny.safetensors").write_bytes(data)
     with serve_folder(tmp_path / "releases") as (url, requests):
         cfg = PretrainedCfg(architecture="gem_testresnet", tag="url", url=f"{url}/tiny.safetensors", sha256=_sha(data))
-        path = hub.fetch_weights(cfg)
+        path = fetch_weights(cfg)
         assert path == online["cache"] / "gem_testresnet.url" / "tiny.safetensors"
         assert path.read_bytes() == data
         progress = capfd.readouterr().err
@@ -61,7 +62,7 @@ def test_url_download_shows_progress_is_cached_and_checked(online: dict[str, Pat
         done = re.search(r"100%\|[^|]*\| (\d+)k/(\d+)k", progress)
         assert done and done[1] == done[2] == f"{len(data) / 1024:.0f}", progress
         print(progress.strip().splitlines()[-1].split("\r")[-1], end="")  # for the report: pytest -s
-        assert hub.fetch_weights(cfg) == path  # the second use reads the cache ...
+        assert fetch_weights(cfg) == path  # the second use reads the cache ...
         assert requests == ["/tiny.safetensors"]  # ... and asks the server nothing
     _loads_the_same(path, state)
 
@@ -72,7 +73,7 @@ def test_url_with_another_digest_is_not_kept(online: dict[str, Path], tmp_path: 
     with serve_folder(tmp_path) as (url, _):
         cfg = PretrainedCfg(architecture="gem_testresnet", tag="bad", url=f"{url}/tiny.safetensors", sha256="1" * 64)
         with pytest.raises(ChecksumMismatchError) as info:
-            hub.fetch_weights(cfg)
+            fetch_weights(cfg)
     assert _sha(data) in str(info.value) and "1" * 64 in str(info.value)
     # Neither the file nor torch.hub's .partial file is left in the cache folder.
     assert list((online["cache"] / "gem_testresnet.bad").iterdir()) == []
@@ -82,7 +83,7 @@ def test_url_not_found_says_what_to_place_where(online: dict[str, Path], tmp_pat
     with serve_folder(tmp_path) as (url, _):
         cfg = PretrainedCfg(architecture="gem_testresnet", tag="gone", url=f"{url}/files/gone.pth", sha256="2" * 64)
         with pytest.raises(WeightsUnavailableError) as info:
-            hub.fetch_weights(cfg)
+            fetch_weights(cfg)
     message = str(info.value)
     assert "HTTP 404" in message
     assert f"Download:  {url}/files/gone.pth" in message
@@ -97,13 +98,13 @@ def test_offline_mode_asks_no_server(online: dict[str, Path], tmp_path: Path, we
     with serve_folder(tmp_path) as (url, requests):
         cfg = PretrainedCfg(architecture="gem_testresnet", tag="off", url=f"{url}/tiny.safetensors", sha256=_sha(data))
         with pytest.raises(WeightsUnavailableError, match="offline mode is set") as info:
-            hub.fetch_weights(cfg)
+            fetch_weights(cfg)
         assert requests == []
         # The message's "Place at" is where a copied file is picked up.
         place = Path(str(info.value).split("Place at:  ")[1].split(" (sha256")[0])
         place.parent.mkdir(parents=True)
         place.write_bytes(data)
-        assert hub.fetch_weights(cfg) == place
+        assert fetch_weights(cfg) == place
     _loads_the_same(place, state)
 
 
@@ -117,16 +118,16 @@ def test_hf_source_lands_in_the_hugging_face_cache(local_hub: LocalHub, weights_
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="hf", hf_hub_id=REPO,
                         hf_hub_filename="weights/tiny.safetensors", sha256=_sha(data))
     assert cfg.hf_url == f"{local_hub.url}/{REPO}/resolve/main/weights/tiny.safetensors"
-    path = hub.fetch_weights(cfg)
+    path = fetch_weights(cfg)
     # huggingface_hub's own layout: models--<owner>--<name>/snapshots/<commit>/<file> -> blobs/<etag>
     expected = tmp_path / "hf_cache" / "models--someone--tiny-gem" / "snapshots" / commit / "weights" / "tiny.safetensors"
     assert path == expected and path.resolve().parent.name == "blobs" and path.read_bytes() == data
-    assert not (hub.cache_dir() / cfg.name).exists()  # nothing duplicated in aggzoo's own cache
+    assert not (cache_dir() / cfg.name).exists()  # nothing duplicated in aggzoo's own cache
     _loads_the_same(path, state)
     # Offline, the Hugging Face cache still answers, without a request.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     seen = len(local_hub.requests)
-    assert hub.fetch_weights(cfg) == path and len(local_hub.requests) == seen
+    assert fetch_weights(cfg) == path and len(local_hub.requests) == seen
 
 
 def test_hf_private_repo_needs_hf_token(local_hub: LocalHub, weights_bytes, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,10 +137,10 @@ def test_hf_private_repo_needs_hf_token(local_hub: LocalHub, weights_bytes, monk
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="private", hf_hub_id="someone/private",
                         hf_hub_filename="tiny.safetensors", sha256=_sha(data))
     with pytest.raises(WeightsUnavailableError) as info:
-        hub.fetch_weights(cfg)
+        fetch_weights(cfg)
     assert "RepositoryNotFoundError" in str(info.value) and "someone/private" in str(info.value)
     monkeypatch.setenv("HF_TOKEN", "hf_test_token")
-    assert hub.fetch_weights(cfg).read_bytes() == data
+    assert fetch_weights(cfg).read_bytes() == data
     assert local_hub.requests[-1][2] == "Bearer hf_test_token"
 
 
@@ -149,7 +150,7 @@ def test_hf_file_with_another_digest_is_refused(local_hub: LocalHub, weights_byt
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="hfbad", hf_hub_id=REPO, hf_hub_filename="tiny.safetensors",
                         sha256="3" * 64)
     with pytest.raises(ChecksumMismatchError, match="blobs"):  # names the cache blob to delete
-        hub.fetch_weights(cfg)
+        fetch_weights(cfg)
 
 
 def test_hf_offline_without_a_cached_copy_says_what_to_place_where(local_hub: LocalHub, online: dict[str, Path],
@@ -158,7 +159,7 @@ def test_hf_offline_without_a_cached_copy_says_what_to_place_where(local_hub: Lo
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="hfoff", hf_hub_id=REPO, hf_hub_filename="w.safetensors",
                         sha256="4" * 64)
     with pytest.raises(WeightsUnavailableError) as info:
-        hub.fetch_weights(cfg)
+        fetch_weights(cfg)
     message = str(info.value)
     assert f"Download:  {local_hub.url}/{REPO}/resolve/main/w.safetensors" in message
     assert f"Place at:  {online['cache'] / 'gem_testresnet.hfoff' / 'w.safetensors'} (sha256 {'4' * 64})" in message
@@ -172,5 +173,5 @@ def test_hf_source_falls_back_to_the_url(local_hub: LocalHub, weights_bytes, tmp
     with serve_folder(tmp_path) as (url, requests):
         cfg = PretrainedCfg(architecture="gem_testresnet", tag="both", hf_hub_id="someone/missing",
                             hf_hub_filename="tiny.safetensors", url=f"{url}/tiny.safetensors", sha256=_sha(data))
-        assert hub.fetch_weights(cfg).read_bytes() == data
+        assert fetch_weights(cfg).read_bytes() == data
         assert requests == ["/tiny.safetensors"]

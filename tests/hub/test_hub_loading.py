@@ -18,8 +18,10 @@ from aggzoo.errors import (
     UnsafeCheckpointError,
     WeightsUnavailableError,
 )
-from aggzoo.hub import io as hub
 from aggzoo.hub.cfg import PretrainedCfg
+from aggzoo.hub.checkpoint import read_checkpoint, unwrap_checkpoint
+from aggzoo.hub.download import fetch_weights
+from aggzoo.hub.loading import load_checkpoint, load_pretrained
 
 pytestmark = pytest.mark.usefixtures("isolated_dirs")
 
@@ -54,10 +56,10 @@ def test_malicious_pickle_is_refused_without_running(tmp_path: Path, layout: str
         pickle.loads(pickle.dumps(_WritesMarker(probe)))
         assert probe.exists()
     with pytest.raises(UnsafeCheckpointError, match="refused"):
-        hub.read_checkpoint(path).state_dict()
+        read_checkpoint(path).state_dict()
     model = tiny_model()
     with pytest.raises(UnsafeCheckpointError):
-        hub.load_checkpoint(model, path)
+        load_checkpoint(model, path)
     assert not marker.exists()
 
 
@@ -66,7 +68,7 @@ def test_wrong_checksum_is_refused_before_parsing(tmp_path: Path) -> None:
     path = tmp_path / "evil.pth"
     torch.save(_WritesMarker(marker), path)
     with pytest.raises(ChecksumMismatchError, match="expected 0{64}"):
-        hub.read_checkpoint(path, sha256="0" * 64).state_dict()
+        read_checkpoint(path, sha256="0" * 64).state_dict()
     assert not marker.exists()
 
 
@@ -75,12 +77,12 @@ def test_tampered_shipped_file_is_refused(isolated_dirs: dict[str, Path]) -> Non
     path = isolated_dirs["weights"] / "tiny.safetensors"
     save_file(dict(model.state_dict()), str(path))
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="t", file=path.name, sha256=_sha(path))
-    hub.load_pretrained(tiny_model(), cfg)  # intact: loads
+    load_pretrained(tiny_model(), cfg)  # intact: loads
     data = bytearray(path.read_bytes())
     data[-1] ^= 0x01  # one flipped bit in the last tensor
     path.write_bytes(bytes(data))
     with pytest.raises(ChecksumMismatchError, match=str(path.name)):
-        hub.load_pretrained(tiny_model(), cfg)
+        load_pretrained(tiny_model(), cfg)
 
 
 def test_missing_unexpected_and_mismatched_keys_are_named(tmp_path: Path) -> None:
@@ -93,12 +95,12 @@ def test_missing_unexpected_and_mismatched_keys_are_named(tmp_path: Path) -> Non
     path = tmp_path / "bad.safetensors"
     save_file(state, str(path))
     with pytest.raises(StateDictMismatchError) as info:
-        hub.load_checkpoint(tiny_model(), path)
+        load_checkpoint(tiny_model(), path)
     message = str(info.value)
     assert "head.pool.p" in message and "missing" in message
     assert "head.extra.weight" in message and "unexpected" in message
     assert first_conv in message and "(1, 1, 1, 1)" in message
-    report = hub.load_checkpoint(tiny_model(), path, strict=False)
+    report = load_checkpoint(tiny_model(), path, strict=False)
     assert report.missing == ["head.pool.p"] and report.unexpected == ["head.extra.weight"]
     assert [m[0] for m in report.mismatched] == [first_conv]
 
@@ -109,7 +111,7 @@ def test_missing_batchnorm_counters_are_kept_not_errors(tmp_path: Path) -> None:
     path = tmp_path / "old.safetensors"
     save_file(state, str(path))
     target = tiny_model()
-    report = hub.load_checkpoint(target, path)
+    report = load_checkpoint(target, path)
     assert report.ok and report.kept and all(k.endswith("num_batches_tracked") for k in report.kept)
 
 
@@ -130,7 +132,7 @@ def test_containers_are_unwrapped(tmp_path: Path, wrap: str) -> None:
     path = tmp_path / "ckpt.pth"
     torch.save(obj, path)
     target = tiny_model()
-    hub.load_checkpoint(target, path)
+    load_checkpoint(target, path)
     for key, value in source.state_dict().items():
         assert torch.equal(target.state_dict()[key], value), key
 
@@ -140,12 +142,12 @@ def test_numpy_scalars_next_to_the_weights_are_accepted(tmp_path: Path) -> None:
     state = dict(tiny_model().state_dict())
     path = tmp_path / "with_numpy.pth"
     torch.save({"model_state_dict": state, "best_r5": np.float64(81.5), "epoch_num": np.int64(3)}, path)
-    assert set(hub.read_checkpoint(path).state_dict()) == set(state)
+    assert set(read_checkpoint(path).state_dict()) == set(state)
 
 
 def test_unwrap_rejects_non_state_dicts() -> None:
     with pytest.raises(ValueError, match="top-level keys"):
-        hub.unwrap_checkpoint({"optimizer": {"lr": 0.1}})
+        unwrap_checkpoint({"optimizer": {"lr": 0.1}})
 
 
 def test_download_from_url_is_cached_and_checked(isolated_dirs: dict[str, Path], tmp_path: Path,
@@ -156,12 +158,12 @@ def test_download_from_url_is_cached_and_checked(isolated_dirs: dict[str, Path],
     remote.parent.mkdir()
     save_file(dict(source.state_dict()), str(remote))
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="url", url=remote.as_uri(), sha256=_sha(remote))
-    path = hub.fetch_weights(cfg)
+    path = fetch_weights(cfg)
     assert path == isolated_dirs["cache"] / "gem_testresnet.url" / "tiny.safetensors"
     remote.unlink()  # second use comes from the cache
-    assert hub.fetch_weights(cfg) == path
+    assert fetch_weights(cfg) == path
     target = tiny_model()
-    hub.load_pretrained(target, cfg)
+    load_pretrained(target, cfg)
     assert torch.equal(target.state_dict()["head.pool.p"], source.state_dict()["head.pool.p"])
 
 
@@ -172,7 +174,7 @@ def test_download_with_wrong_checksum_leaves_nothing(isolated_dirs: dict[str, Pa
     save_file(dict(tiny_model().state_dict()), str(remote))
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="bad", url=remote.as_uri(), sha256="1" * 64)
     with pytest.raises(ChecksumMismatchError):
-        hub.fetch_weights(cfg)
+        fetch_weights(cfg)
     assert not any((isolated_dirs["cache"] / "gem_testresnet.bad").iterdir())
 
 
@@ -180,7 +182,7 @@ def test_offline_error_names_the_url_and_the_place(isolated_dirs: dict[str, Path
     cfg = PretrainedCfg(architecture="salad_x", tag="official", url="https://example.org/files/dino_salad.ckpt",
                         sha256="a" * 64)
     with pytest.raises(WeightsUnavailableError) as info:
-        hub.fetch_weights(cfg)
+        fetch_weights(cfg)
     message = str(info.value)
     assert "https://example.org/files/dino_salad.ckpt" in message
     assert str(isolated_dirs["cache"] / "salad_x.official" / "dino_salad.ckpt") in message
@@ -191,20 +193,20 @@ def test_manual_download_page_says_where_to_place_the_file(isolated_dirs: dict[s
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="drive", download_page="https://drive.example/f/1",
                         filename="model.ckpt")
     with pytest.raises(WeightsUnavailableError) as info:
-        hub.fetch_weights(cfg)
+        fetch_weights(cfg)
     target = isolated_dirs["cache"] / "gem_testresnet.drive" / "model.ckpt"
     assert "https://drive.example/f/1" in str(info.value) and str(target) in str(info.value)
     # Placing the file there is all it takes.
     target.parent.mkdir(parents=True)
     torch.save(dict(tiny_model().state_dict()), target)
     with pytest.warns(UserWarning, match="no sha256 is pinned"):
-        assert hub.fetch_weights(cfg) == target
+        assert fetch_weights(cfg) == target
 
 
 def test_missing_shipped_file_says_so(isolated_dirs: dict[str, Path]) -> None:
     cfg = PretrainedCfg(architecture="gem_testresnet", tag="gone", file="gone.safetensors", sha256="b" * 64)
     with pytest.raises(WeightsUnavailableError, match="gone.safetensors"):
-        hub.fetch_weights(cfg)
+        fetch_weights(cfg)
 
 
 def test_delta_contents_keep_backbone_tensors_absent_from_the_file(tmp_path: Path) -> None:
@@ -222,8 +224,8 @@ def test_delta_contents_keep_backbone_tensors_absent_from_the_file(tmp_path: Pat
     target = tiny_model()
     target.load_state_dict(base.state_dict())  # stands for "built with the pretrained backbone"
     with pytest.raises(StateDictMismatchError):
-        hub.load_checkpoint(target, path)  # as a full checkpoint it is incomplete
-    report = hub.load_checkpoint(target, path, contents="delta")
+        load_checkpoint(target, path)  # as a full checkpoint it is incomplete
+    report = load_checkpoint(target, path, contents="delta")
     assert set(report.loaded) == set(delta) and all(k.startswith("backbone.") for k in report.kept)
     x = images()
     target.eval(), trained.eval()

@@ -6,6 +6,8 @@ loads it back with identical outputs."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -128,7 +130,8 @@ def test_weight_files_are_byte_reproducible(trained_tiny: torch.nn.Module, tmp_p
 
     from safetensors import safe_open
 
-    from aggzoo.hub.io import save_weights, sha256_of
+    from aggzoo.hub.checkpoint import sha256_of
+    from aggzoo.hub.saving import save_weights
 
     metadata = {key: key * 3 for key in "hgfedcba"}  # 8 keys: 40320 orders
     state = trained_tiny.state_dict()
@@ -145,3 +148,18 @@ def test_weight_files_are_byte_reproducible(trained_tiny: torch.nn.Module, tmp_p
     first = aggzoo.save_pretrained(trained_tiny, tmp_path / "a") / "model.safetensors"
     second = aggzoo.save_pretrained(trained_tiny, tmp_path / "b") / "model.safetensors"
     assert first.read_bytes() == second.read_bytes()
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_saved_files_get_the_mode_the_umask_gives(trained_tiny: torch.nn.Module, tmp_path: Path, umask: int,
+                                                   mode: int) -> None:
+    """Every file of a saved folder is created as any file of the process is (0666 less the umask):
+    safetensors writes a private 0600 temporary file and renames it, so the weights were 0600 while
+    config.json was 0644, and others in the group could not read them."""
+    previous = os.umask(umask)
+    try:
+        folder = aggzoo.save_pretrained(trained_tiny, tmp_path / "saved")
+    finally:
+        os.umask(previous)
+    modes = {path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in sorted(folder.iterdir())}
+    assert modes == dict.fromkeys(["README.md", "config.json", "model.safetensors"], oct(mode))

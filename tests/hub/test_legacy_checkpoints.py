@@ -11,7 +11,7 @@ import torch
 
 import aggzoo
 from aggzoo.hub.builder import build_model
-from aggzoo.hub.io import SPEC_KEY
+from aggzoo.hub.checkpoint import SPEC_KEY
 from aggzoo.models.heads.afa import AFA
 
 _BACKBONE = {"_target_": "aggzoo.models.backbones.timm_backbone.TimmBackbone", "model_name": "test_resnet",

@@ -19,7 +19,8 @@ import aggzoo
 from aggzoo.cli.manifest import add_entry
 from aggzoo.errors import ManifestError
 from aggzoo.hub import manifest, registry
-from aggzoo.hub.io import SPEC_KEY, load_pretrained, sha256_of
+from aggzoo.hub.checkpoint import SPEC_KEY, sha256_of
+from aggzoo.hub.loading import load_pretrained
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "weights" / "manifest.json"

@@ -20,7 +20,7 @@ from entry_helpers import TINY_EVAL, TINY_TRAIN, error_line, run_entry, started_
 
 import aggzoo
 from aggzoo.errors import CheckpointError, UserError, WeightsUnavailableError
-from aggzoo.hub.io import SPEC_KEY
+from aggzoo.hub.checkpoint import SPEC_KEY
 
 SPEC = {"backbone": {"_target_": "aggzoo.models.backbones.timm_backbone.TimmBackbone", "model_name": "test_resnet",
                      "out_indices": [3], "pretrained": False},

@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 
 import aggzoo
 from aggzoo.errors import UnsafeSpecError
-from aggzoo.hub.io import SPEC_KEY
+from aggzoo.hub.checkpoint import SPEC_KEY
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.gem import GeM
 from aggzoo.models.vpr_model import VPRModel

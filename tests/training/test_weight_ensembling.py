@@ -17,7 +17,8 @@ from train_helpers import TINY, compose_train, tiny_fit_parts
 import aggzoo
 from aggzoo.data.transforms import eval_transform
 from aggzoo.errors import CheckpointError
-from aggzoo.hub.io import ENSEMBLING_KEY, ensembled_state, read_checkpoint
+from aggzoo.hub.checkpoint import read_checkpoint
+from aggzoo.hub.ensembling import ENSEMBLING_KEY, ensembled_state
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.netvlad import NetVLAD
 from aggzoo.models.vpr_model import VPRModel

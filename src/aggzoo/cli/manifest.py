@@ -34,9 +34,12 @@ import torch
 from aggzoo.cli.reporting import reported_user_errors
 from aggzoo.errors import DatasetLayoutError, ManifestError
 from aggzoo.hub.cfg import split_name
+from aggzoo.hub.checkpoint import read_checkpoint, sha256_of
+from aggzoo.hub.download import weights_dir
 from aggzoo.hub.factory import create_model
-from aggzoo.hub.io import load_checkpoint, read_checkpoint, save_weights, sha256_of, weights_dir
+from aggzoo.hub.loading import load_checkpoint
 from aggzoo.hub.manifest import DATASETS, MANIFEST_FILE, ManifestEntry, read_manifest, write_manifest
+from aggzoo.hub.saving import save_weights
 
 __all__ = ["add_entry", "main", "measure_off_domain", "verify"]
 

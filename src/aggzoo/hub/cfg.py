@@ -7,7 +7,7 @@ repository), its sha256, the preprocessing it was trained with, the descriptor s
 that made it, its licence and paper, and the metrics it reaches.
 
 The lowest layer of :mod:`aggzoo.hub`: nothing here touches the network or the disk, and it imports
-nothing of aggzoo (:mod:`aggzoo.hub.io` does the loading).
+nothing of aggzoo (:mod:`aggzoo.hub.download` and :mod:`aggzoo.hub.loading` do the loading).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class PretrainedCfg:
     @property
     def hf_url(self) -> str | None:
         """The file's URL on the Hub (``HF_ENDPOINT`` applies), for messages; downloads go through
-        huggingface_hub (:func:`aggzoo.hub.io.fetch_weights`)."""
+        huggingface_hub (:func:`aggzoo.hub.download.fetch_weights`)."""
         if self.hf_hub_id is None or self.hf_hub_filename is None:
             return None
         return hf_hub_url(self.hf_hub_id, self.hf_hub_filename)

@@ -4,7 +4,7 @@ This is the only module that imports :mod:`aggzoo.zoo` (which fills the registry
 method file's entry points and official weights) and registers the shipped weights of
 ``weights/manifest.json``. Every name ``create_model`` takes ends in the one builder
 (:func:`aggzoo.hub.builder.build_model`) and the one checkpoint reader
-(:func:`aggzoo.hub.io.read_checkpoint`).
+(:func:`aggzoo.hub.checkpoint.read_checkpoint`).
 """
 
 from __future__ import annotations
@@ -21,15 +21,9 @@ from aggzoo.errors import ManifestError, UserError, WeightsUnavailableError
 from aggzoo.hub import registry
 from aggzoo.hub.builder import build_head_for, build_model
 from aggzoo.hub.cfg import PretrainedCfg, split_name
-from aggzoo.hub.io import (
-    fetch_weights,
-    hf_hub_folder,
-    load_checkpoint,
-    load_into,
-    load_pretrained,
-    read_checkpoint,
-    read_local_dir,
-)
+from aggzoo.hub.checkpoint import read_checkpoint
+from aggzoo.hub.download import fetch_weights, hf_hub_folder
+from aggzoo.hub.loading import load_checkpoint, load_into, load_pretrained
 from aggzoo.hub.manifest import manifest_path, register_manifest
 from aggzoo.hub.registry import (
     get_pretrained_cfg,
@@ -38,6 +32,7 @@ from aggzoo.hub.registry import (
     model_entrypoint,
     resolve,
 )
+from aggzoo.hub.saving import read_local_dir
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.zoo import import_method_files
 

@@ -58,7 +58,7 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
 from aggzoo.errors import ManifestError
 from aggzoo.hub.cfg import PretrainedCfg
-from aggzoo.hub.io import weights_dir
+from aggzoo.hub.download import weights_dir
 from aggzoo.hub.registry import register_pretrained
 
 __all__ = [

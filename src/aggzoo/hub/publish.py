@@ -1,6 +1,6 @@
 """Publishing a model to the Hugging Face Hub: :func:`push_to_hub`.
 
-The folder :func:`aggzoo.hub.io.save_pretrained` writes (``config.json``, ``model.safetensors``,
+The folder :func:`aggzoo.hub.saving.save_pretrained` writes (``config.json``, ``model.safetensors``,
 ``README.md``) is uploaded as one commit with huggingface_hub's :class:`~huggingface_hub.HfApi`
 (``create_repo`` + ``upload_folder``), so its token (``HF_TOKEN`` or ``hf auth login``) and endpoint
 (``HF_ENDPOINT``) rules apply. ``aggzoo.create_model("hf-hub:<owner>/<repo>")`` loads it back.
@@ -19,7 +19,7 @@ from torch import nn
 
 from aggzoo.errors import PublishError
 from aggzoo.hub.cfg import PretrainedCfg
-from aggzoo.hub.io import save_pretrained
+from aggzoo.hub.saving import save_pretrained
 
 __all__ = ["push_to_hub"]
 
@@ -38,14 +38,14 @@ def push_to_hub(
     test_results: str | os.PathLike | None = None,
     license: str | None = None,
 ) -> CommitInfo:
-    """Save ``model`` as a model repository folder (:func:`~aggzoo.hub.io.save_pretrained`, with its
+    """Save ``model`` as a model repository folder (:func:`~aggzoo.hub.saving.save_pretrained`, with its
     card) and upload it to ``repo_id`` (``<owner>/<repo>``, created if it does not exist).
 
     Args:
         private: visibility of a repository this call creates (``None``: the Hub's default).
         token: a Hugging Face token (default: ``HF_TOKEN``, else the one ``hf auth login`` saved).
         revision: the branch to commit to (default ``main``).
-        spec, pretrained_cfg, run_summary, test_results, license: as :func:`~aggzoo.hub.io.save_pretrained`.
+        spec, pretrained_cfg, run_summary, test_results, license: as :func:`~aggzoo.hub.saving.save_pretrained`.
 
     Returns:
         huggingface_hub's :class:`~huggingface_hub.CommitInfo` (``.oid`` the commit, ``str()`` its URL).

@@ -1,4 +1,5 @@
-"""Pieces every converter uses: rename keys by explicit rules, report leftovers.
+"""Pieces every converter and reader of state dicts uses: recognise a state dict, rename keys by
+explicit rules, report leftovers.
 
 A converter is a named function ``(state_dict, model) -> state_dict`` that renames an upstream
 checkpoint's keys to aggzoo's. It never guesses: every upstream key must match exactly one rule (a
@@ -15,10 +16,15 @@ from torch import Tensor
 
 from aggzoo.errors import ConversionError
 
-__all__ = ["Rule", "rename", "show_keys", "strip_prefix"]
+__all__ = ["Rule", "is_state_dict", "rename", "show_keys", "strip_prefix"]
 
 #: ``(regex over the upstream key, replacement)``; a ``None`` replacement drops the key.
 Rule = tuple[str, str | None]
+
+
+def is_state_dict(obj: object) -> bool:
+    """Whether ``obj`` is a non-empty mapping of names to tensors."""
+    return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, Tensor) for v in obj.values())
 
 
 def show_keys(keys: Iterable[str], limit: int = 12) -> str:

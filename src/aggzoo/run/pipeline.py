@@ -31,8 +31,8 @@ from aggzoo.evaluation.loop import evaluate_retrieval
 from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.result import RetrievalResult
+from aggzoo.hub.checkpoint import SPEC_KEY, read_checkpoint
 from aggzoo.hub.factory import create_model, is_model
-from aggzoo.hub.io import SPEC_KEY, read_checkpoint
 from aggzoo.models.vpr_model import VPRModel
 from aggzoo.run.benchmark_config import load_benchmarks
 from aggzoo.run.evaluation_keys import migrate_overrides

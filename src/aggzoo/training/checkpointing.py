@@ -18,7 +18,7 @@ Keeping ``last.ckpt`` current. :class:`RunCheckpoint` is Lightning's ``ModelChec
 Resuming. :func:`resolve_ckpt_path` turns ``ckpt_path=last`` (or a run folder) into a file: the
 run's own ``checkpoints/last.ckpt`` when it has one (a requeued SLURM job), else the newest
 ``last.ckpt`` under the log folder. :func:`check_checkpoint_matches` reads the checkpoint with the
-one safe reader (:func:`aggzoo.hub.io.read_checkpoint`: no code runs, a recorded spec naming
+one safe reader (:func:`aggzoo.hub.checkpoint.read_checkpoint`: no code runs, a recorded spec naming
 anything but aggzoo's model classes is refused) and compares its weights with the configured model
 before Lightning touches the file, raising one :class:`~aggzoo.errors.CheckpointMismatchError`
 that names the differing keys, both model configs and the fix.
@@ -42,7 +42,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from aggzoo.errors import CheckpointMismatchError, CheckpointNotFoundError, DiskFullError
-from aggzoo.hub.io import CheckpointFile, read_checkpoint
+from aggzoo.hub.checkpoint import CheckpointFile, read_checkpoint
 
 __all__ = ["DurableCheckpointIO", "RunCheckpoint", "atomic_save", "check_checkpoint_matches", "resolve_ckpt_path",
            "run_dir_of", "tensor_bytes"]

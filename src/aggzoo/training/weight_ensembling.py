@@ -11,9 +11,12 @@ in-domain gain and much of the start's accuracy elsewhere.
 
 Training itself is unchanged: the optimiser, the validation that picks the best checkpoint and a
 resumed run all see the fine-tuned weights. Each checkpoint also records ``theta_start`` and
-``alpha`` (:data:`aggzoo.hub.io.ENSEMBLING_KEY`), and every reader that builds a model from the
+``alpha`` (:data:`aggzoo.hub.ensembling.ENSEMBLING_KEY`), and every reader that builds a model from the
 file (the test of the best checkpoint, ``eval.py ckpt_path=``, ``create_model(checkpoint_path=)``,
-``manifest add``) gets the mix, through :meth:`aggzoo.hub.io.CheckpointFile.state_dict`.
+``manifest add``) gets the mix, through :meth:`aggzoo.hub.checkpoint.CheckpointFile.state_dict`.
+The record's format and the mix live in :mod:`aggzoo.hub.ensembling` (below training, so that every
+reader applies it without importing Lightning); this callback writes the record (and reads its start back
+on resume).
 ``alpha = 1`` (the default) records nothing and changes nothing.
 """
 
@@ -25,7 +28,7 @@ from typing import Any
 import lightning as L
 from torch import Tensor, nn
 
-from aggzoo.hub.io import ENSEMBLING_KEY, is_ensembling_alpha
+from aggzoo.hub.ensembling import ENSEMBLING_KEY, ensembling_record, is_ensembling_alpha
 
 __all__ = ["WeightEnsembling"]
 
@@ -55,7 +58,7 @@ class WeightEnsembling(L.Callback):
         # resumed run keeps the start its checkpoint recorded (on_load_checkpoint runs before this).
         if self.enabled and self.start is None:
             # Only what training can change: frozen parameters equal their start, and a key the record
-            # lacks stays as trained (hub.io.ensembled_state), so keeping them would only grow every
+            # lacks stays as trained (hub.ensembling.ensembled_state), so keeping them would only grow every
             # checkpoint (a frozen DINOv2 ViT-L is 1.2 GB). Floating buffers (BatchNorm statistics) are kept.
             model = pl_module.model
             trainable = {name for name, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
@@ -69,7 +72,7 @@ class WeightEnsembling(L.Callback):
             checkpoint[ENSEMBLING_KEY] = {"alpha": self.alpha, "start": self.start}
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
-        record = checkpoint.get(ENSEMBLING_KEY)
+        record = ensembling_record(checkpoint)
         if self.enabled and record is not None:
             self.start = dict(record["start"])
             if float(record["alpha"]) != self.alpha:
