@@ -16,7 +16,7 @@ from aggzoo.evaluation.benchmarks import load_benchmark
 BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "conf" / "benchmark"
 FILES = sorted(BENCHMARK_DIR.glob("*.yaml"))
 # Generated on demand (their root is itself a node that writes the data), so never "missing".
-GENERATED = {"synthetic_test", "synthetic_val"}
+GENERATED = {"synthetic_test", "synthetic_val", "synthetic_landmarks"}
 
 
 def node_of(path: Path, tmp_path: Path):

@@ -76,6 +76,7 @@ __all__ = [
     "QUERY_JITTER_M",
     "REFERENCE_CONDITION",
     "SyntheticCityConfig",
+    "data_cache_dir",
     "default_root",
     "ensure_synthetic_city",
     "synthetic_city_path",
@@ -732,9 +733,20 @@ def _rain_streaks(arr: np.ndarray, rng: np.random.Generator, d: float) -> np.nda
 
 def _render_shot(scene, shot: _Shot, size: tuple[int, int], difficulty: float) -> Image.Image:
     """One photograph of a place under ``shot``'s condition, ``size`` = (W, H)."""
-    rgb, mat, wid = scene
     rng = _rng(*shot.key)
     ref, d = shot.reference, difficulty * _STRENGTH
+    canvas = _lit_scene(scene, shot, rng, d)
+    coeffs = _view_transform(ref, size[0], size[1], canvas.width, canvas.height, rng, d)
+    view = canvas.transform(size, Image.Transform.AFFINE, coeffs, resample=Image.Resampling.BILINEAR)
+    return _camera_effects(view, shot, rng, d)
+
+
+def _lit_scene(scene, shot: _Shot, rng: np.random.Generator, d: float) -> Image.Image:
+    """The canonical scene under ``shot``'s condition (sky, season, time, weather) and camera response
+    (white balance, exposure, gamma), before any viewpoint: an RGB image of the scene's size. The
+    first half of a photograph; ``rng`` continues into :func:`_camera_effects`."""
+    rgb, mat, wid = scene
+    ref = shot.reference
     img = np.where((mat == SKY)[..., None], _sky(shot.time, shot.weather, mat.shape[0], rng), rgb)
     img = _apply_season(img, mat, shot.season, rng, d)
     img = _apply_time(img, mat, wid, shot.time, rng, d)
@@ -745,9 +757,13 @@ def _render_shot(scene, shot: _Shot, size: tuple[int, int], difficulty: float) -
     gamma = 1.0 if ref else float(_toward(rng.uniform(0.8, 1.25), 1.0, d))
     # Gamma through a 256-entry table: the same curve as a float power, a fraction of the cost.
     lut = np.round(255.0 * (np.arange(256) / 255.0) ** gamma).astype(np.uint8)
-    canvas = Image.fromarray(lut[img])
-    coeffs = _view_transform(ref, size[0], size[1], canvas.width, canvas.height, rng, d)
-    view = canvas.transform(size, Image.Transform.AFFINE, coeffs, resample=Image.Resampling.BILINEAR)
+    return Image.fromarray(lut[img])
+
+
+def _camera_effects(view: Image.Image, shot: _Shot, rng: np.random.Generator, d: float) -> Image.Image:
+    """The second half of a photograph, on the image after the viewpoint: occluders (cars, pedestrians),
+    blur, rain streaks and sensor noise."""
+    ref = shot.reference
     _draw_occluders(view, shot.time, rng, ref, d)
     blur = rng.uniform(0.4, 1.0)
     if not ref and rng.uniform() < 0.3 * d:
@@ -865,9 +881,13 @@ def _generate_locked(root: Path, config: SyntheticCityConfig, workers: int | Non
 def default_root(config: SyntheticCityConfig = SyntheticCityConfig()) -> Path:
     """Cache folder of ``config``: ``$AGGZOO_DATA/synthetic_city/<digest>``, or
     ``~/.cache/aggzoo/synthetic_city/<digest>`` when ``AGGZOO_DATA`` is unset."""
+    return data_cache_dir() / "synthetic_city" / config.digest()
+
+
+def data_cache_dir() -> Path:
+    """Where generated datasets are cached: ``$AGGZOO_DATA``, or ``~/.cache/aggzoo`` when it is unset."""
     base = os.environ.get("AGGZOO_DATA")
-    base_path = Path(base) if base else Path.home() / ".cache" / "aggzoo"
-    return base_path / "synthetic_city" / config.digest()
+    return Path(base) if base else Path.home() / ".cache" / "aggzoo"
 
 
 def _is_complete(root: Path, config: SyntheticCityConfig) -> bool:

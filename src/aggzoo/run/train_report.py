@@ -100,10 +100,11 @@ def closing_for(cfg: DictConfig, trainer: L.Trainer, run_dir: Path) -> list[str]
     score = getattr(ckpt, "best_model_score", None)
     extra = []
     if HydraConfig.initialized():
-        # the eval job builds the synthetic city from the same group (conf/eval.yaml has synthetic: default)
-        synthetic = HydraConfig.get().runtime.choices.get("synthetic")
-        if synthetic and synthetic != "default":
-            extra.append(f"synthetic={synthetic}")
+        # the eval job builds the generated sets from the same groups (conf/eval.yaml has both at default)
+        for group in ("synthetic", "synthetic_landmarks"):
+            choice = HydraConfig.get().runtime.choices.get(group)
+            if choice and choice != "default":
+                extra.append(f"{group}={choice}")
     return closing_lines(run_dir, best, last,
                          chosen_on=(getattr(ckpt, "monitor", None), float(score) if score is not None else None),
                          benchmarks=[str(name) for name in (cfg.get("test_benchmarks") or {})],
