@@ -165,9 +165,18 @@ def test_bad_r1m_lines_are_refused(tmp_path):
         read_r1m_list(r1m)
 
 
-def test_unknown_dataset_name(tmp_path):
-    with pytest.raises(DatasetFormatError, match="unknown revisitop dataset 'oxford5k'"):
-        load_revisitop(tmp_path, dataset="oxford5k")
+def test_a_dataset_name_cannot_hold_a_path(tmp_path):
+    with pytest.raises(DatasetFormatError, match=r"revisitop dataset name '../x': letters, digits and _ only"):
+        load_revisitop(tmp_path, dataset="../x")
+
+
+def test_another_set_in_the_layout_is_read_under_its_own_name(tmp_path):
+    """A set of one's own (here the test folder renamed) reads like the published ones, its gnd named after it."""
+    root = write_revisitop(tmp_path / "mine", dataset="my_landmarks")
+    loaded = load_revisitop(root, dataset="my_landmarks")
+    assert loaded.name == "my_landmarks" and loaded.num_queries == len(QUERIES)
+    with pytest.raises(DatasetLayoutError, match="gnd_oxford5k.pkl"):
+        load_revisitop(root, dataset="oxford5k")
 
 
 # -- the query crop --------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ Queries are the ``bbx`` crops of their images (``query_boxes``). The ``.pkl`` is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -168,9 +169,12 @@ def load_revisitop(
         DatasetFormatError: the ``.pkl`` or the list is malformed (the message names the file).
         UnsafeDataFileError: the ``.pkl`` would run code to load; nothing was run.
     """
-    if dataset not in DATASETS:
-        raise DatasetFormatError(f"unknown revisitop dataset {dataset!r}; expected one of {sorted(DATASETS)}")
-    root, source = Path(root), DATASETS[dataset]
+    if not re.fullmatch(r"[A-Za-z0-9_]+", dataset):  # it names the gnd_<dataset>.pkl file: no path in it
+        raise DatasetFormatError(f"revisitop dataset name {dataset!r}: letters, digits and _ only (roxford5k, rparis6k, "
+                                 "or the name of your own set's gnd_<name>.pkl)")
+    # the published sets say where they are published; another set in the layout (the embedded synthetic
+    # landmarks, a user's own) is read the same way
+    root, source = Path(root), DATASETS.get(dataset, "a folder in the revisitop layout (e.g. aggzoo.data.synthetic_landmarks)")
     layout = REVISITOP_LAYOUT.format(dataset=dataset)
     require_dir(root, f"{dataset} folder", layout, source)
     gnd_path = require_file(root / f"gnd_{dataset}.pkl", f"{dataset} ground truth", layout, source)
