@@ -162,6 +162,9 @@ def test_bad_r1m_lines_are_refused(tmp_path):
     (r1m / "revisitop1m.txt").write_text("0/00/a.jpg\n../../etc/passwd\n")
     with pytest.raises(DatasetFormatError, match="line 2: '../../etc/passwd' is not a path inside jpg/"):
         read_r1m_list(r1m)
+    (r1m / "revisitop1m.txt").write_text("0/00/a.jpg\n/etc/passwd\n")
+    with pytest.raises(DatasetFormatError, match="line 2: '/etc/passwd' is not a path inside jpg/"):
+        read_r1m_list(r1m)
     (r1m / "revisitop1m.txt").write_text("\n\n")
     with pytest.raises(DatasetFormatError, match="lists no image"):
         read_r1m_list(r1m)
