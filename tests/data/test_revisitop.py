@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 from PIL import Image
 from revisitop_files import DATABASE, GND, QUERIES, jpeg_of_noise, write_r1m, write_revisitop
 
@@ -160,6 +162,9 @@ def test_bad_r1m_lines_are_refused(tmp_path):
     (r1m / "revisitop1m.txt").write_text("0/00/a.jpg\n../../etc/passwd\n")
     with pytest.raises(DatasetFormatError, match="line 2: '../../etc/passwd' is not a path inside jpg/"):
         read_r1m_list(r1m)
+    (r1m / "revisitop1m.txt").write_text("0/00/a.jpg\n/etc/passwd\n")
+    with pytest.raises(DatasetFormatError, match="line 2: '/etc/passwd' is not a path inside jpg/"):
+        read_r1m_list(r1m)
     (r1m / "revisitop1m.txt").write_text("\n\n")
     with pytest.raises(DatasetFormatError, match="lists no image"):
         read_r1m_list(r1m)
@@ -222,3 +227,20 @@ def test_a_box_past_the_border_is_clamped_where_pil_pads_black(tmp_path):
         outside[0]
     with pytest.raises(ValueError, match="2 images but 1 boxes"):
         ImageListDataset([path, path], _as_tensor, boxes=[None])
+
+
+# -- the shipped benchmark configs -------------------------------------------------------------------
+
+@pytest.mark.parametrize("benchmark, database", [
+    ("roxford5k", 8), ("rparis6k", 8), ("roxford5k_r1m", 8 + 2), ("rparis6k_r1m", 8 + 2)])
+def test_shipped_configs_load_the_published_layout(tmp_path, benchmark, database):
+    data_root = tmp_path / "data"
+    write_revisitop(data_root / "roxford5k")
+    write_revisitop(data_root / "rparis6k", dataset="rparis6k")
+    write_r1m(data_root / "revisitop1m", ["0/00/a.jpg", "0/01/b.jpg"])
+    config = Path(__file__).resolve().parents[2] / "conf" / "benchmark" / f"{benchmark}.yaml"
+    cfg = OmegaConf.create({"paths": {"data_root": str(data_root)}, "benchmark": OmegaConf.load(config)})
+    rs = instantiate(cfg.benchmark[benchmark])
+    assert rs.name == benchmark and rs.num_database == database and rs.num_queries == 3
+    assert rs.database_paths[0].parent == data_root / benchmark.removesuffix("_r1m") / "jpg"
+    assert set(rs.setups) == {"easy", "medium", "hard"} and rs.metrics == ("map", "mp")

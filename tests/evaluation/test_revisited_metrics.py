@@ -230,5 +230,7 @@ def test_bad_shapes_are_refused():
         revisited_metrics(np.array([0, 1]), {"m": truth})
     with pytest.raises(ValueError, match="1 queries but predictions has 2"):
         revisited_metrics(np.zeros((2, 3), dtype=np.int64), {"m": truth})
+    with pytest.raises(ValueError, match="negative database id"):
+        average_precision(np.array([0, 1]), np.array([-3]))
     with pytest.raises(ValueError, match="k must be"):
         precision_at_k(np.array([0]), np.array([0]), k=0)

@@ -36,6 +36,32 @@ from aggzoo.data.retrieval_set import GroundTruth
 __all__ = ["average_precision", "precision_at_k", "positive_ranks", "revisited_metrics"]
 
 _EMPTY = np.empty(0, dtype=np.int64)
+_POSITIVE, _JUNK = 1, 2
+
+
+def _clean(ranking: np.ndarray) -> np.ndarray:
+    """``ranking`` without padding (``-1``) and with each id at its first position only."""
+    ranking = np.asarray(ranking, dtype=np.int64).reshape(-1)
+    ranking = ranking[ranking >= 0]
+    if len(ranking) and np.bincount(ranking).max() > 1:  # O(K); the sort below only when ids repeat
+        _, first = np.unique(ranking, return_index=True)
+        ranking = ranking[np.sort(first)]
+    return ranking
+
+
+def _ranks(clean: np.ndarray, positives: np.ndarray, junk: np.ndarray) -> np.ndarray:
+    """Zero-based ranks of the positives in the cleaned ranking once junk is taken out, ascending.
+
+    One lookup table over the database ids: linear in K, so a full ranking of R1M costs milliseconds.
+    """
+    if (positives < 0).any() or (junk < 0).any():
+        raise ValueError("ground truth lists a negative database id")
+    size = 1 + max(clean.max(initial=-1), positives.max(initial=-1), junk.max(initial=-1))
+    label = np.zeros(size, dtype=np.int8)
+    label[junk] = _JUNK
+    label[positives] = _POSITIVE  # an id listed as both counts as a positive
+    labels = label[clean]
+    return np.flatnonzero(labels[labels != _JUNK] == _POSITIVE)
 
 
 def positive_ranks(ranking: np.ndarray, positives: np.ndarray, junk: np.ndarray | None = None) -> np.ndarray:
@@ -46,16 +72,9 @@ def positive_ranks(ranking: np.ndarray, positives: np.ndarray, junk: np.ndarray 
         positives: ``[P]`` database ids that are correct.
         junk: ``[J]`` database ids removed from the ranking before it is scored.
     """
-    ranking = np.asarray(ranking, dtype=np.int64).reshape(-1)
     positives = np.asarray(positives, dtype=np.int64).reshape(-1)
-    ranking = ranking[ranking >= 0]
-    _, first = np.unique(ranking, return_index=True)
-    if len(first) < len(ranking):
-        ranking = ranking[np.sort(first)]
-    if junk is not None and len(junk):
-        junk = np.setdiff1d(np.asarray(junk, dtype=np.int64), positives)
-        ranking = ranking[~np.isin(ranking, junk)]
-    return np.flatnonzero(np.isin(ranking, positives))
+    junk = _EMPTY if junk is None else np.asarray(junk, dtype=np.int64).reshape(-1)
+    return _ranks(_clean(ranking), positives, junk)
 
 
 def _ap_from_ranks(ranks: np.ndarray, num_positives: int) -> float:
@@ -118,26 +137,32 @@ def revisited_metrics(
     ks = tuple(int(k) for k in ks)
     if any(k < 1 for k in ks):
         raise ValueError(f"every k must be >= 1, got {ks}")
-    results: dict[str, dict[str, float | int]] = {}
     for setup, truth in setups.items():
         if truth.num_queries != len(predictions):
             raise ValueError(f"setup {setup!r} has {truth.num_queries} queries but predictions has {len(predictions)} rows")
-        aps, precisions, incomplete = [], [], 0
-        for q, ranking in enumerate(predictions):
+    aps: dict[str, list[float]] = {setup: [] for setup in setups}
+    precisions: dict[str, list[list[float]]] = {setup: [] for setup in setups}
+    incomplete = dict.fromkeys(setups, 0)
+    for q, ranking in enumerate(predictions):
+        clean = _clean(ranking)  # once per query, shared by the setups
+        for setup, truth in setups.items():
             positives = np.unique(np.asarray(truth.positives[q], dtype=np.int64))
             if len(positives) == 0:
                 continue
-            ranks = positive_ranks(ranking, positives, _EMPTY if truth.junk is None else truth.junk[q])
-            incomplete += len(ranks) < len(positives)
-            aps.append(_ap_from_ranks(ranks, len(positives)))
-            precisions.append([_precision_from_ranks(ranks, len(positives), k) for k in ks])
-        evaluated = len(aps)
-        means = np.mean(precisions, axis=0) if evaluated else np.full(len(ks), np.nan)
+            junk = _EMPTY if truth.junk is None else np.asarray(truth.junk[q], dtype=np.int64).reshape(-1)
+            ranks = _ranks(clean, positives, junk)
+            incomplete[setup] += int(len(ranks) < len(positives))
+            aps[setup].append(_ap_from_ranks(ranks, len(positives)))
+            precisions[setup].append([_precision_from_ranks(ranks, len(positives), k) for k in ks])
+    results: dict[str, dict[str, float | int]] = {}
+    for setup in setups:
+        evaluated = len(aps[setup])
+        means = np.mean(precisions[setup], axis=0) if evaluated else np.full(len(ks), np.nan)
         results[setup] = {
-            "map": float(np.mean(aps)) if evaluated else float("nan"),
+            "map": float(np.mean(aps[setup])) if evaluated else float("nan"),
             **{f"mp@{k}": float(m) for k, m in zip(ks, means)},
             "queries": evaluated,
             "left_out": len(predictions) - evaluated,
-            "incomplete": incomplete,
+            "incomplete": incomplete[setup],
         }
     return results
