@@ -525,6 +525,7 @@ def _warp(canvas: Image.Image, h: np.ndarray, size: tuple[int, int], resample, s
 
 
 def _subject_geometry(mask: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """The subject's canvas pixels as (x, y) rows [N, 2] and their box (x0, y0, x1, y1), x1 / y1 exclusive."""
     ys, xs = np.nonzero(mask)
     return np.stack([xs, ys], axis=1).astype(np.float64), (int(xs.min()), int(ys.min()), int(xs.max()) + 1,
                                                            int(ys.max()) + 1)
