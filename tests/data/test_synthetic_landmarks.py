@@ -255,7 +255,7 @@ def test_hydra_benchmark_node_generates_its_root(job: str, monkeypatch, tmp_path
     key = "benchmark" if job == "eval" else "benchmark@test_benchmarks"
     cfg = compose_run_config(job, [f"{key}=[synthetic_landmarks]", "synthetic_landmarks=tiny"], tmp_path / "run")
     node = cfg["benchmark" if job == "eval" else "test_benchmarks"].synthetic_landmarks
-    assert node._target_ == "aggzoo.data.revisitop.load_revisitop" and node.dataset == DATASET
+    assert node._target_ == "aggzoo.data.revisitop.load_revisitop" and node.dataset == node.name == DATASET
     root = instantiate(node.root)
     tiny = SyntheticLandmarksConfig(landmarks=3, queries_per_landmark=2, easy_per_landmark=2, hard_per_landmark=2,
                                     junk_per_landmark=1, lookalikes_per_landmark=1, street_scenes=4, image_size=(96, 72))

@@ -16,8 +16,9 @@ Scenes. Every scene is a street with one *subject* building in the middle:
 Photographs of a landmark, by the revisitop definitions:
 
 - ``easy``: near-frontal (yaw within 15 degrees), close, day light, the whole building in view;
-- ``hard``: one or two of oblique (yaw 35-50 degrees), far (the building ~24-32 % of the width),
-  a large occluder (a bus, a tree), night or dusk, fog / rain / snow; at least 70 % of the building in view;
+- ``hard``: one of oblique (yaw 35-50 degrees), far (the building ~24-32 % of the width),
+  a large occluder (a bus, a tree), night or dusk, fog / rain / snow (a quarter: one of the viewpoint
+  and one of the light or weather changes); at least 70 % of the building in view;
 - ``junk``: the building only partly in view (3-25 % of its facade: cut by the frame edge, or a close-up
   of a detail); ignored for its queries, as revisitop's junk;
 - queries: a near-frontal day view with the whole landmark and its surroundings, and a box ``bbx``
@@ -48,6 +49,12 @@ landmark's photographs; other landmarks, look-alikes and street scenes are negat
 Class ids (``landmark_ids.csv``): landmarks ``0 .. landmarks-1``, then the look-alikes, then the street
 scenes; every id has at least two images, so the set doubles as a tiny class-labelled training set
 (a training set disjoint from a test set: the same generator with another ``seed``).
+
+Difficulty, measured on the default set (seed 0; 10 landmarks, 30 queries, 250 database images) with
+untrained baselines, queries cropped to ``bbx`` (mAP in %, Easy / Medium / Hard, revisitop's AP):
+ImageNet EfficientNet-Lite0 (stride-16 features, 160x120) with global average pooling 64.8 / 40.4 / 5.3
+(whole, uncropped queries: 40.4 / 30.4 / 10.2); 16x12 raw pixels 33.5 / 26.7 / 8.8. Easy positives
+rank above 97 % of the negatives, hard ones above 55 % of them on average: learnable, not solved.
 
 Every photograph is drawn from its own RNG seeded by ``(seed, kind, scene, image)``: the bytes are
 identical for a seed whatever the number of worker processes. Generation writes into a hidden sibling
@@ -458,16 +465,18 @@ def _condition(kind: str, hard: set[str], rng: np.random.Generator) -> tuple[str
     return time_of_day, season, weather
 
 
+_VIEW_FACTORS, _LIGHT_FACTORS = ("oblique", "far", "occluded"), ("dark", "weather")
+
+
 def _hard_factors(kind: str, rng: np.random.Generator) -> set[str]:
-    """What makes a hard view hard: at most one change of viewpoint (oblique, far, occluded) and at most
-    one of light (dark) or weather, at least one of them."""
+    """What makes a hard view hard: one of a change of viewpoint (oblique, far, occluded), of light (dark)
+    or of weather; a quarter of them add one of the other group (two at once are the hardest: with
+    both in every hard view an untrained baseline ranked the hard positives below most negatives)."""
     if kind != "hard":
         return set()
-    while True:
-        factors = {str(rng.choice(("oblique", "far", "occluded", ""))), str(rng.choice(("dark", "weather", "")))}
-        factors.discard("")
-        if factors:
-            return factors
+    first = str(rng.choice(_VIEW_FACTORS + _LIGHT_FACTORS))
+    other = _LIGHT_FACTORS if first in _VIEW_FACTORS else _VIEW_FACTORS
+    return {first, str(rng.choice(other))} if rng.uniform() < 0.25 else {first}
 
 
 def _draw_large_occluder(img: Image.Image, bbx: list[float], time_of_day: str, rng: np.random.Generator) -> None:
@@ -516,6 +525,7 @@ def _warp(canvas: Image.Image, h: np.ndarray, size: tuple[int, int], resample, s
 
 
 def _subject_geometry(mask: np.ndarray) -> tuple[np.ndarray, tuple[int, int, int, int]]:
+    """The subject's canvas pixels as (x, y) rows [N, 2] and their box (x0, y0, x1, y1), x1 / y1 exclusive."""
     ys, xs = np.nonzero(mask)
     return np.stack([xs, ys], axis=1).astype(np.float64), (int(xs.min()), int(ys.min()), int(xs.max()) + 1,
                                                            int(ys.max()) + 1)
