@@ -95,6 +95,7 @@ PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat1
 
 
 def faiss_available() -> bool:
+    """Whether FAISS is installed (without it, search falls back to torch, for tiny sets)."""
     return faiss is not None
 
 

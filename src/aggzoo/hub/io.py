@@ -134,6 +134,7 @@ def _offline() -> bool:
 
 
 def sha256_of(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for chunk in iter(lambda: file.read(1 << 20), b""):
