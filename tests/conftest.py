@@ -44,6 +44,7 @@ _SLOW_OBJECTS = frozenset({
     "lightning.pytorch.trainer.trainer.Trainer",
     "aggzoo.run.pipeline.train",
     "aggzoo.run.pipeline.evaluate",
+    "aggzoo.evaluation.benchmarks.evaluate_benchmarks",  # the evaluation loop over benchmark configs
     "aggzoo.cli.train.main",
     "aggzoo.cli.eval.main",
     "torch.multiprocessing.spawn.spawn",
