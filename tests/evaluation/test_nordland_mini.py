@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from omegaconf import OmegaConf
 
@@ -19,6 +20,7 @@ from aggzoo.models.vpr_model import VPRModel
 CONFIG = Path(__file__).resolve().parents[2] / "conf" / "benchmark" / "nordland_mini.yaml"
 
 
+@pytest.mark.slow  # the evaluation pipeline on the real 1292 + 1292 images
 def test_nordland_mini_vg_end_to_end(nordland_mini, tmp_path):
     cfg = OmegaConf.create({"paths": {"shared_data": str(nordland_mini.parent)}, "benchmark": OmegaConf.load(CONFIG)})
     rs = load_benchmark(cfg.benchmark.nordland_mini)

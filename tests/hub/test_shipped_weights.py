@@ -72,6 +72,7 @@ def _retrieval_set(evaluation: dict):
     return load_vg(root, split=evaluation.get("split", "test"), positive_radius_m=25.0)
 
 
+@pytest.mark.slow  # the evaluation pipeline on the real benchmark each entry names (1292 + 1292 images)
 @pytest.mark.parametrize("entry", PARAMS)
 def test_shipped_weights_reproduce_their_metric(entry: manifest.ManifestEntry) -> None:
     from aggzoo.data.transforms import eval_transform

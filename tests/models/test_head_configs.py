@@ -9,6 +9,7 @@ their backbone, stays visible and overridable as ``head.in_h=...``); it must the
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 import aggzoo.zoo
 import aggzoo.zoo._backbones as zoo_backbones
@@ -69,6 +72,33 @@ def test_yaml_name_starts_with_its_head_module(path: Path) -> None:
     stem = module.rpartition(".")[2]
     assert path.stem.startswith(stem), f"{path.name} builds {target}: name it {stem}.yaml or {stem}<variant>.yaml"
     assert issubclass(_class(target), Head)
+
+
+@pytest.mark.parametrize("path", HEAD_CONFIGS, ids=[p.stem for p in HEAD_CONFIGS])
+def test_yaml_matches_its_class_signature(path: Path) -> None:
+    """Every YAML, also one that holds no keys: a partial of an aggzoo ``Head`` whose only missing argument
+    is ``in_channels`` (completed in code from the backbone), every other argument keyword-only and either
+    stated in the YAML or defaulted by the class; Hydra builds exactly that partial."""
+    cfg = yaml.safe_load(path.read_text())
+    assert cfg.get("_partial_") is True, f"{path.name}: needs '_partial_: true' (in_channels comes from the backbone)"
+    cls = _class(cfg["_target_"])
+    assert isinstance(cls, type) and issubclass(cls, Head) and cls.__module__.startswith("aggzoo.models.heads."), \
+        f"{path.name}: _target_ {cfg['_target_']} is not a Head of aggzoo.models.heads"
+    first, *others = inspect.signature(cls).parameters.values()
+    assert first.name == "in_channels" and first.default is inspect.Parameter.empty, \
+        f"{path.name}: {cls.__name__}'s first argument is {first.name!r}, not in_channels"
+    not_keyword_only = [p.name for p in others if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert not not_keyword_only, f"{cls.__name__}: hyperparameters must be keyword-only: {not_keyword_only}"
+    stated = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    unknown = sorted(set(stated) - {p.name for p in others})
+    assert not unknown, f"{path.name}: {unknown} are not keyword arguments of {cls.__name__}"
+    unset = [p.name for p in others if p.default is inspect.Parameter.empty and p.name not in stated]
+    assert not unset, f"{path.name}: {cls.__name__} has no default for {unset}; the YAML must state them"
+    built = instantiate(OmegaConf.create(cfg))
+    assert isinstance(built, functools.partial) and built.func is cls and not built.args, \
+        f"{path.name}: Hydra built {built!r}, not a partial of {cls.__name__}"
+    assert OmegaConf.to_container(OmegaConf.create(dict(built.keywords))) == stated, \
+        f"{path.name}: Hydra passes {dict(built.keywords)} to {cls.__name__}, the YAML states {stated}"
 
 
 def _registered_head_specs(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:

@@ -48,6 +48,8 @@ _NEEDS = {"onnx": ("onnx", "onnxruntime")}
 
 @dataclass(frozen=True)
 class ExportResult:
+    """An exported file: its path, its format, and the largest difference from the eager model's output."""
+
     path: Path
     format: str
     max_abs_diff: float
@@ -137,6 +139,7 @@ def export_and_check(
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.export") -> int:
+    """``aggzoo export <name> --format ...``: export a model and check it against the eager one; the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("name", help="a registered name (<head>_<backbone>[.<tag>]) or local-dir:<folder>")
     parser.add_argument("--format", choices=FORMATS, required=True)

@@ -31,6 +31,7 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``aggzoo <command> ...``: dispatch to ``models``, ``info``, ``export``, ``manifest`` or ``demo``; the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="aggzoo", description=__doc__.split("\n")[0],
                                      epilog="Hydra jobs: aggzoo-train [key=value ...], aggzoo-eval [key=value ...]")

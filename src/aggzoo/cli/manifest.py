@@ -237,6 +237,7 @@ def _metrics_arg(value: str) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.manifest") -> int:
+    """``aggzoo manifest add | verify | off-domain ...``: write or check the shipped weights' manifest; the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     add = sub.add_parser("add", help="write weights/<name>.safetensors from a checkpoint and update the manifest")

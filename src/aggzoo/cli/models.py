@@ -58,6 +58,7 @@ def describe(name: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.models") -> int:
+    """``aggzoo models [pattern]``: print the registered weights (``--architectures``: the architectures); the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("pattern", nargs="?", default="*", help="glob over <architecture>.<tag> names (default: all)")
     parser.add_argument("--architectures", action="store_true",
@@ -69,6 +70,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.mo
 
 
 def info_main(argv: Sequence[str] | None = None, prog: str = "aggzoo info") -> int:
+    """``aggzoo info <name>``: print the PretrainedCfg of a name; the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=describe.__doc__.split("\n")[0])
     parser.add_argument("name", help="<architecture>.<tag> (weights) or <architecture>; see `aggzoo models`")
     args = parser.parse_args(argv)

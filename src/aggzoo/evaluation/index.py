@@ -39,6 +39,7 @@ __all__ = ["TwoStageIndex", "binary_refine_message", "build_index", "faiss_avail
 
 
 def faiss_available() -> bool:
+    """Whether FAISS is installed (without it, exact search runs in torch)."""
     return faiss is not None
 
 

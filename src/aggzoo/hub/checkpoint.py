@@ -55,6 +55,7 @@ SPEC_KEY = "aggzoo_model_config"
 
 
 def sha256_of(path: str | os.PathLike) -> str:
+    """The hex sha256 of the file at ``path``, read in chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for chunk in iter(lambda: file.read(1 << 20), b""):

@@ -192,6 +192,7 @@ def _off_domain_records(records: Any, evaluation: Mapping[str, Any], where: str)
 
 
 def manifest_path() -> Path:
+    """``manifest.json`` in the shipped weights folder (``AGGZOO_WEIGHTS_DIR`` when set)."""
     return weights_dir() / MANIFEST_FILE
 
 
@@ -218,6 +219,7 @@ def read_manifest(path: str | os.PathLike | None = None) -> list[ManifestEntry]:
 
 
 def write_manifest(entries: Sequence[ManifestEntry], path: str | os.PathLike | None = None) -> Path:
+    """Write ``entries`` (sorted by name) as the manifest at ``path`` (default: :func:`manifest_path`); returns the path."""
     path = Path(path) if path is not None else manifest_path()
     data = {"format": MANIFEST_FORMAT, "entries": [e.to_json() for e in sorted(entries, key=lambda e: e.name)]}
     path.parent.mkdir(parents=True, exist_ok=True)

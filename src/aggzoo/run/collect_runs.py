@@ -34,6 +34,7 @@ ERROR_FILE = "run_error.txt"
 
 
 def common_overrides(runs: list[dict[str, Any]]) -> set[str]:
+    """The overrides every run of ``runs`` shares (none for a lone run)."""
     # What every run shares is the sweep's fixed part; a lone run shows all its overrides.
     sets = [set(r.get("overrides", [])) for r in runs if r.get("overrides") is not None]
     return set.intersection(*sets) if len(sets) > 1 else set()
@@ -175,6 +176,7 @@ def format_runs(runs: list[dict[str, Any]], *, fmt: str = "md", ks: Sequence[int
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m aggzoo.run.collect_runs <folder>``: print the comparison table of its runs; the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="a sweep folder (logs/train/multiruns/<date>) or any folder of runs")

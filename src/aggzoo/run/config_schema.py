@@ -68,6 +68,8 @@ class TrainerSchema:
 
 @dataclass
 class TrainSchema:
+    """The typed top-level keys of ``conf/train.yaml``."""
+
     task_name: str = "train"
     seed: int = 0
     ckpt_path: str | None = None
@@ -89,6 +91,8 @@ class _TrainRuntimeSchema(TrainSchema):
 
 @dataclass
 class EvalSchema:
+    """The typed top-level keys of ``conf/eval.yaml``."""
+
     task_name: str = "eval"
     model: str | None = None
     ckpt_path: str | None = None

@@ -1,5 +1,5 @@
-"""The model zoo: one file per method, each holding its ``@register_model`` entry points, its
-``pretrained_cfgs`` table and the key-remapping rules of its official checkpoints, in that order.
+"""The model zoo: one file per method, each holding the key-remapping rules of its official
+checkpoints, its ``pretrained_cfgs`` table and its ``@register_model`` entry points, in that order.
 
 The method files are found in this folder (a new file is part of the zoo the moment it exists);
 :func:`import_method_files` imports them, which fills the registry tables. Only
