@@ -1,7 +1,7 @@
 """A model's binary codes (SelaVPR++'s hashing branch) as a model the extraction loop runs.
 
 A binary first stage (``evaluation.search.index=BFlat``...) shortlists by the Hamming distance of these codes,
-packed by :func:`pack_codes` for FAISS's binary indexes (:mod:`aggzoo.evaluation.index`), and the shortlist
+packed by :func:`pack_codes` for FAISS's binary indexes (:mod:`aggzoo.evaluation.search.index`), and the shortlist
 is re-scored by the float descriptors.
 """
 
@@ -43,10 +43,10 @@ class BinaryCodes(nn.Module):
         super().__init__()
         head = getattr(model, "head", None)
         if not callable(getattr(head, "binary_codes", None)) or not getattr(head, "bits", 0):
-            raise ConfigError(f"a binary first stage (evaluation.index=BFlat) searches the model's binary codes, which "
+            raise ConfigError(f"a binary first stage (evaluation.search.index=BFlat) searches the model's binary codes, which "
                               f"{type(head if head is not None else model).__name__} does not give (SelaVPR++ built with "
                               "hashing=True does: the *.official_rerank weights); evaluate this model with a float index "
-                              "(evaluation.index=Flat)")
+                              "(evaluation.search.index=Flat)")
         self.model = model
         self.bits = int(head.bits)
         self.with_descriptors = with_descriptors

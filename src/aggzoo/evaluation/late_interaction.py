@@ -115,8 +115,8 @@ def instance_tokens(tokens: Tensor, k: int) -> Tensor:
     """
     b, t, c = tokens.shape
     if not 1 <= k <= t:
-        raise ConfigError(f"evaluation.tokens={k}: the backbone gives {t} patch tokens per image at this input "
-                          f"size; choose 1 <= evaluation.tokens <= {t}")
+        raise ConfigError(f"evaluation.rerank.tokens={k}: the backbone gives {t} patch tokens per image at this input "
+                          f"size; choose 1 <= evaluation.rerank.tokens <= {t}")
     unit = F.normalize(tokens.float(), dim=-1)
     groups = assign_to_seeds(unit, farthest_point_seeds(unit, k))
     sums = unit.new_zeros(b, k, c).scatter_add_(1, groups[..., None].expand(b, t, c), unit)
@@ -137,7 +137,7 @@ class InstanceTokens(nn.Module):
         if not callable(getattr(model, "forward_features", None)):
             raise ConfigError(f"evaluation.rerank.method=instance_tokens needs the backbone's patch tokens, but "
                               f"{type(model).__name__} has no forward_features; evaluate a plain backbone + head "
-                              "model (evaluation.scales=[1.0])")
+                              "model (evaluation.test_time.scales=[1.0])")
         self.model = model
         self.tokens = int(tokens)
         # Extraction restores the wrapper's mode afterwards, through model too: start in the model's own.
@@ -216,11 +216,11 @@ class InstanceTokenRerank:
 
     def __post_init__(self) -> None:
         if self.top_m < 1:
-            raise ConfigError(f"evaluation.rerank_k={self.top_m}: the shortlist re-ranked by instance tokens must "
-                              "hold at least 1 candidate (e.g. evaluation.rerank_k=100)")
+            raise ConfigError(f"evaluation.rerank.k={self.top_m}: the shortlist re-ranked by instance tokens must "
+                              "hold at least 1 candidate (e.g. evaluation.rerank.k=100)")
         if self.tokens < 1:
-            raise ConfigError(f"evaluation.tokens={self.tokens}: keep at least 1 instance token per image "
-                              "(e.g. evaluation.tokens=16)")
+            raise ConfigError(f"evaluation.rerank.tokens={self.tokens}: keep at least 1 instance token per image "
+                              "(e.g. evaluation.rerank.tokens=16)")
 
     def rerank(self, database_tokens: np.ndarray, query_tokens: np.ndarray, predictions: np.ndarray,
                device: torch.device | str | None = None) -> np.ndarray:

@@ -10,7 +10,7 @@ that a few directions hog.
 (``whiten=False``, its default), the ``--pca_dim`` of gmberton/deep-visual-geo-localization-benchmark and of
 Lu-Feng/CricaVPR (``util.compute_pca``: fit on the descriptors of at most 2^14 training images, e.g.
 ``pitts30k/images/train``; ``test.py`` projects both sets and searches them with ``faiss.IndexFlatL2``). Its
-outputs are not unit-norm, so it is searched by L2 distance there (``evaluation.metric=l2``).
+outputs are not unit-norm, so it is searched by L2 distance there (``evaluation.search.metric=l2``).
 
 SuperGlobal reranking (Shao et al., "Global Features are All You Need for Image Retrieval and Reranking",
 ICCV 2023, arXiv:2308.06954; ShihaoShao-GH/SuperGlobal ``modules/reranking/{MDescAug,RerankwMDA}.py``, MIT),
@@ -41,14 +41,14 @@ from aggzoo.evaluation.options import check_metric
 
 __all__ = ["PCAWhitening", "SuperGlobalRerank", "WHITENING_KINDS", "check_whitening_kind", "rerank_metric_check"]
 
-#: ``evaluation.whitening_kind`` -> the :meth:`PCAWhitening.fit` options it stands for
+#: ``evaluation.postprocess.whitening_kind`` -> the :meth:`PCAWhitening.fit` options it stands for
 WHITENING_KINDS = {"whiten": {"whiten": True, "l2": True}, "project": {"whiten": False, "l2": False}}
 
 
 def check_whitening_kind(kind: str) -> str:
     """``kind`` if it is one of :data:`WHITENING_KINDS`, else one :class:`ConfigError`."""
     if kind not in WHITENING_KINDS:
-        raise ConfigError(f"evaluation.whitening_kind={kind!r} is not one of {', '.join(WHITENING_KINDS)} (whiten: "
+        raise ConfigError(f"evaluation.postprocess.whitening_kind={kind!r} is not one of {', '.join(WHITENING_KINDS)} (whiten: "
                           "PCA-whitening + L2; project: the plain PCA projection, no L2, as sklearn's PCA)")
     return kind
 

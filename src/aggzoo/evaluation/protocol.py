@@ -126,7 +126,7 @@ class EvalProtocol:
         descriptor_dim: the descriptor size the protocol states (checked against the model), or None.
         multiple: the model's side multiple (patch size or stride) the protocol resize snaps to.
         metric: the search metric, ``"ip"`` (inner product) or ``"l2"`` (squared L2 distance).
-        whitening_kind: the PCA an ``evaluation.whitening_fit`` fits: ``"whiten"`` (PCA-whitening + L2)
+        whitening_kind: the PCA an ``evaluation.postprocess.whitening_fit`` fits: ``"whiten"`` (PCA-whitening + L2)
             or ``"project"`` (plain PCA projection, no L2, as sklearn's ``PCA``).
         source: where the fields come from, in words (the weights' cfg, the config, overrides).
     """
@@ -147,19 +147,19 @@ class EvalProtocol:
         check_metric(self.metric)
         check_whitening_kind(self.whitening_kind)
         if self.resize not in RESIZE_RULES:
-            raise ConfigError(f"evaluation.protocol_resize: the resize rule must be one of {RESIZE_RULES} "
+            raise ConfigError(f"evaluation.protocol.resize: the resize rule must be one of {RESIZE_RULES} "
                               f"(true = protocol, false = pipeline), got {self.resize!r}")
         if self.interpolation not in _PIL_FILTERS:
-            raise ConfigError(f"evaluation.interpolation={self.interpolation} is not one of {sorted(_PIL_FILTERS)}")
+            raise ConfigError(f"evaluation.protocol.interpolation={self.interpolation} is not one of {sorted(_PIL_FILTERS)}")
         size = self.image_size
         ok = (isinstance(size, int) and size > 0) or (
             isinstance(size, tuple) and len(size) == 2 and all(isinstance(s, int) and s > 0 for s in size))
         if not ok:
-            raise ConfigError(f"evaluation.image_size={size!r} must be [H, W] (resize to that size) or one positive "
-                              "int (the short side, aspect ratio kept), e.g. evaluation.image_size=[322,322]")
+            raise ConfigError(f"evaluation.protocol.image_size={size!r} must be [H, W] (resize to that size) or one positive "
+                              "int (the short side, aspect ratio kept), e.g. evaluation.protocol.image_size=[322,322]")
         if isinstance(size, int) and self.resize == "pipeline":
-            raise ConfigError(f"evaluation.image_size={size} (a short side) needs the protocol resize: add "
-                              "evaluation.protocol_resize=true, or give [H, W]")
+            raise ConfigError(f"evaluation.protocol.image_size={size} (a short side) needs the protocol resize: add "
+                              "evaluation.protocol.resize=true, or give [H, W]")
         for name in ("mean", "std"):
             value = getattr(self, name)
             if len(value) != 3 or (name == "std" and min(value) <= 0):

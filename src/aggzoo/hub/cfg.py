@@ -73,7 +73,7 @@ class PretrainedCfg:
             (``faiss.IndexFlatL2``, as the gmberton/deep-visual-geo-localization-benchmark family does; it
             ranks descriptors that are not unit-norm differently).
         eval_whitening_kind: the PCA the metrics used when they were measured after a PCA (fitted by
-            ``evaluation.whitening_fit``): ``"whiten"`` (PCA-whitening + L2) or ``"project"`` (sklearn's plain
+            ``evaluation.postprocess.whitening_fit``): ``"whiten"`` (PCA-whitening + L2) or ``"project"`` (sklearn's plain
             ``PCA.transform``, no L2; :mod:`aggzoo.evaluation.postprocess`).
 
     Provenance: out_dim (descriptor size), recipe (the experiment config or command that made

@@ -23,7 +23,7 @@ Upstream facts of ``CricaVPR.pth`` (Lu-Feng/CricaVPR @ f53e941, ``hubconf.py``, 
   descriptors of at most 2^14 images of that folder (a shuffled loader), then ``pca.transform`` (centre,
   project; no whitening, no L2 before or after) of both sets. The cfg states both (``eval_metric="l2"``,
   ``eval_whitening_kind="project"``): ``eval.py model=cricavpr_dinov2_vitb14.official
-  evaluation.whitening_fit=<training images> evaluation.whitening_dim=4096`` evaluates as upstream.
+  evaluation.postprocess.whitening_fit=<training images> evaluation.postprocess.whitening_dim=4096`` evaluates as upstream.
 """
 
 from __future__ import annotations

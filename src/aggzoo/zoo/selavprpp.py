@@ -21,7 +21,7 @@ Upstream facts of the released files (Lu-Feng/SelaVPRplusplus @ 56bd921, ``hubco
   ``aggregation_hashing.1.p``, ``linear4`` (C -> 512).
 - Evaluation ``--resize 322 322``; two-branch: ``faiss.IndexBinaryFlat(512)`` over ``np.packbits`` of the codes,
   Hamming top ``max(--recall_values)`` = 100, re-ordered by the L2 distance of the float descriptors
-  (aggzoo: ``evaluation.index=BFlat evaluation.refine=100``).
+  (aggzoo: ``evaluation.search.index=BFlat evaluation.search.refine=100``).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def convert_selavprpp(state: Mapping[str, Tensor], model: nn.Module) -> dict[str
 
 _RELEASE = "https://github.com/Lu-Feng/SelaVPRplusplus/releases/download/SelaVPR%2B%2B/"
 _RERANK_NOTE = ("Two-branch figures: the Hamming top 100 of the 512-bit codes re-ordered by the float descriptors "
-                "(eval.py evaluation.index=BFlat evaluation.refine=100); evaluation.index=Flat gives the float "
+                "(eval.py evaluation.search.index=BFlat evaluation.search.refine=100); evaluation.search.index=Flat gives the float "
                 "branch alone.")
 
 

@@ -19,9 +19,9 @@ Grid cells: upstream hard-codes the slices of its 16 x 16 map (224 x 224 inputs)
 axis of length ``L`` is ``floor((i+1) L / g + 1/2)``, which gives exactly those slices at 16 and
 proportional cells at other sizes (upstream's fixed slices would leave a 23 x 23 map's cells uneven).
 
-Optional PCA to 4096 (the paper's compact descriptor): fit with ``evaluation.whitening_fit`` and
+Optional PCA to 4096 (the paper's compact descriptor): fit with ``evaluation.postprocess.whitening_fit`` and
 ``whitening_dim=4096``. Upstream's sklearn PCA centres and projects, without whitening or a final L2, and
-searches by L2 distance: ``evaluation.whitening_kind=project evaluation.metric=l2``, the defaults the
+searches by L2 distance: ``evaluation.postprocess.whitening_kind=project evaluation.search.metric=l2``, the defaults the
 ``cricavpr_dinov2_vitb14.official`` cfg states (:mod:`aggzoo.zoo.cricavpr`).
 """
 

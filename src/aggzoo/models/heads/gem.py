@@ -15,7 +15,7 @@ and ``none``.
 ``before_pool`` and ``none`` break the head contract (:mod:`aggzoo.models.heads.base`, docs/architecture.md:
 heads return unit-norm rows): their descriptors are not unit-norm.
 Inner-product search then ranks them otherwise than the benchmark, which searches by L2 distance
-(``faiss.IndexFlatL2`` in its ``test.py``): evaluate them with ``evaluation.metric=l2`` (the default of
+(``faiss.IndexFlatL2`` in its ``test.py``): evaluate them with ``evaluation.search.metric=l2`` (the default of
 the ``gem_resnet50conv4`` weights, whose cfg states it). Training losses and validation in aggzoo assume
 unit-norm descriptors; ``after_pool`` is the one to train with here.
 """
