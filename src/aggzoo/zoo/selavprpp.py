@@ -70,8 +70,8 @@ def convert_selavprpp(state: Mapping[str, Tensor], model: nn.Module) -> dict[str
 
 _RELEASE = "https://github.com/Lu-Feng/SelaVPRplusplus/releases/download/SelaVPR%2B%2B/"
 _RERANK_NOTE = ("Two-branch figures: the Hamming top 100 of the 512-bit codes re-ordered by the float descriptors "
-                "(eval.py evaluation.search.index=BFlat evaluation.search.refine=100); evaluation.search.index=Flat gives the float "
-                "branch alone.")
+                "(eval.py evaluation.search.index=BFlat evaluation.search.refine=100); evaluation.search.index=Flat gives "
+                "the float branch alone.")
 
 
 _SCRIPT = {False: "train.py", True: "train_rerank.py (from the float model, hashing branch only)"}
