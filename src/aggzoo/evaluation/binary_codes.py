@@ -1,7 +1,7 @@
 """A model's binary codes (SelaVPR++'s hashing branch) as a model the extraction loop runs.
 
 A binary first stage (``evaluation.search.index=BFlat``...) shortlists by the Hamming distance of these codes,
-packed by :func:`pack_codes` for FAISS's binary indexes (:mod:`aggzoo.evaluation.search.index`), and the shortlist
+packed by :func:`pack_codes` for FAISS's binary indexes (:mod:`aggzoo.evaluation.index`), and the shortlist
 is re-scored by the float descriptors.
 """
 

@@ -24,11 +24,11 @@ from aggzoo.errors import ConfigError
 from aggzoo.evaluation.batch_dependence import batch_dependence_record
 from aggzoo.evaluation.binary_codes import BinaryCodes
 from aggzoo.evaluation.extraction import extract_descriptors, model_device, open_store
+from aggzoo.evaluation.index import binary_refine_message, is_binary_index, row_chunks
 from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.postprocess import PCAWhitening, rerank_metric_check
 from aggzoo.evaluation.result import RANKING_METRICS, RetrievalResult, result_from_predictions
 from aggzoo.evaluation.search import search
-from aggzoo.evaluation.search.index import binary_refine_message, is_binary_index, row_chunks
 
 __all__ = ["Stages", "evaluate_retrieval", "search_depth"]
 

@@ -36,9 +36,9 @@ from aggzoo.data.transforms import eval_transform
 from aggzoo.data.vg import utm_from_name
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.index import build_index, faiss_available
 from aggzoo.evaluation.options import ExtractionOptions
 from aggzoo.evaluation.search import search_with_scores
-from aggzoo.evaluation.search.index import build_index, faiss_available
 from aggzoo.models.modes import evaluating
 
 __all__ = ["Match", "PlaceDatabase", "PlaceSearch", "load_place_database", "position_from_name", "model_card",

@@ -1,4 +1,4 @@
-"""Top-k search of a database of descriptors: FAISS when installed (any index of :mod:`aggzoo.evaluation.search.index`),
+"""Top-k search of a database of descriptors: FAISS when installed (any index of :mod:`aggzoo.evaluation.index`),
 else exact search in torch.
 
 The protocol every published VPR number follows (gmberton/VPR-methods-evaluation, gsv-cities, SALAD, BoQ):
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from aggzoo.evaluation.index import TwoStageIndex, as_float32, build_index, faiss, is_binary_index, metric_of, row_chunks
 from aggzoo.evaluation.options import SearchOptions, check_metric
-from aggzoo.evaluation.search.index import TwoStageIndex, as_float32, build_index, faiss, is_binary_index, metric_of, row_chunks
 
 __all__ = ["search", "search_with_scores"]
 

@@ -42,10 +42,10 @@ from torch import nn
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, scan_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError, PreflightError, UserError
+from aggzoo.evaluation.index import binary_refine_message, is_binary_index
 from aggzoo.evaluation.metrics.recall import ks_beyond_database
 from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.postprocess import rerank_metric_check
-from aggzoo.evaluation.search.index import binary_refine_message, is_binary_index
 from aggzoo.evaluation.test_time import build_reranker
 from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features

@@ -15,7 +15,7 @@ On a patch map ``x: [B, C, H, W]`` (the side-path features of
   gradient (:func:`aggzoo.layers.binarize.sign_ste`).
 
 The two-branch evaluation (Hamming top 100 of the codes, re-ordered by the float descriptors) is the binary
-first stage of :mod:`aggzoo.evaluation.search.index` (``evaluation.search.index=BFlat evaluation.search.refine=100``). The
+first stage of :mod:`aggzoo.evaluation.index` (``evaluation.search.index=BFlat evaluation.search.refine=100``). The
 hashing branch gets no gradient from ``forward``: it trains with its own loss on :meth:`SelaVPRpp.binary_codes`
 (upstream ``train_rerank.py``), so a model built with ``hashing=True`` is meant to be trained that way or loaded.
 """
