@@ -2,7 +2,8 @@
 search (an approximate shortlist re-scored exactly from a memory-mapped float16 store).
 
     python benchmarks/revisited_scale.py --distractors 20000 --repeats 1        # a quick run (~1 min)
-    python benchmarks/revisited_scale.py                                        # 1M x 2048 (~4 GB on disk, ~9 GB RAM)
+    python benchmarks/revisited_scale.py                                        # 1M x 2048: ~15 min on 2 cores, 4 GB on
+                                                                                # disk, ~15 GB peak RSS with the mapped store
     python benchmarks/revisited_scale.py --configs PQfs32,IVFPQfs --refine 1000,5000 --nprobe 16,64
 
 The data is synthetic but shaped like the revisited protocol at D = 2048, all rows L2-normalised:
