@@ -220,3 +220,19 @@ def test_the_config_key_builds_the_cache(tmp_path: Path) -> None:
     built = descriptor_cache(OmegaConf.create({"evaluation": {"extraction": {"cache_dir": str(tmp_path / "c")}}}))
     assert isinstance(built, DescriptorCache) and built.folder == tmp_path / "c"
 
+
+
+def test_skipping_an_unreadable_distractor_keeps_the_count(data: Path, tmp_path: Path) -> None:
+    """bad_images=skip drops an unreadable R1M image: the set's distractor count follows, so the cached
+    rows are still exactly the distractors that remain."""
+    from aggzoo.data.image_policy import ImagePolicy, drop_unreadable
+
+    (data / "revisitop1m" / "jpg" / f"{DISTRACTORS[1]}.jpg").write_bytes(b"not a jpeg")
+    oxford = load_revisitop(data / "roxford5k", distractors=data / "revisitop1m")
+    reduced, counts = drop_unreadable(oxford, ImagePolicy("skip", log_path=tmp_path / "skipped.tsv"), num_workers=0)
+    assert counts["skipped_database_images"] == 1
+    assert reduced.distractors == len(DISTRACTORS) - 1 and reduced.num_database == 8 + len(DISTRACTORS) - 1
+    result, images = _evaluate(TinyNet(), reduced, DescriptorCache(tmp_path / "cache"))
+    (entry,) = (tmp_path / "cache").glob("*.npy")
+    assert np.load(entry).shape[0] == len(DISTRACTORS) - 1
+    assert np.array_equal(np.asarray(result.database_descriptors)[8:], np.load(entry))
