@@ -236,3 +236,27 @@ def test_skipping_an_unreadable_distractor_keeps_the_count(data: Path, tmp_path:
     (entry,) = (tmp_path / "cache").glob("*.npy")
     assert np.load(entry).shape[0] == len(DISTRACTORS) - 1
     assert np.array_equal(np.asarray(result.database_descriptors)[8:], np.load(entry))
+
+
+@pytest.mark.slow
+def test_eval_py_reuses_the_cache_across_runs(data: Path, tmp_path: Path) -> None:
+    """``evaluation.extraction.cache_dir`` on the command line: the first ``eval.py`` run writes the R1M
+    entry, the second reads it (the entry file is not replaced) and prints the same figures."""
+    from robustness.entry_helpers import run_entry
+
+    cache_dir = tmp_path / "descriptors"
+    runs = []
+    for run in ("first", "second"):
+        out = tmp_path / run
+        result = run_entry(["model=netvlad_efficientnet_lite0.synthetic", "benchmark=roxford5k_r1m",
+                            f"paths.data_root={data}", "evaluation.outputs.pictures=false",
+                            f"evaluation.extraction.cache_dir={cache_dir}", f"hydra.run.dir={out}"],
+                           tmp_path, script="eval.py")
+        assert result.returncode == 0, result.stderr[-3000:]
+        (entry,) = cache_dir.glob("*.npy")
+        runs.append((json.loads((out / "results.json").read_text())["results"][0]["metrics"], entry.stat()))
+    (first, before), (second, after) = runs
+    assert second == first and {"medium/mAP", "hard/mAP"} <= set(first)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    record = json.loads(next(cache_dir.glob("*.json")).read_text())
+    assert record["shape"][0] == len(DISTRACTORS)
