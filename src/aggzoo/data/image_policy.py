@@ -231,6 +231,7 @@ def drop_unreadable(retrieval_set: RetrievalSet, policy: ImagePolicy, *,
         database_paths=tuple(p for i, p in enumerate(retrieval_set.database_paths) if keep_db[i]),
         query_paths=tuple(p for q, p in enumerate(retrieval_set.query_paths) if q not in bad_q),
         positives=positives,
+        distractors=int(keep_db[n_db - retrieval_set.distractors:].sum()) if retrieval_set.distractors else 0,
     )
     if reduced.num_database == 0 or reduced.num_queries == 0:
         raise ImageReadError(f"benchmark {retrieval_set.name!r}: no readable "

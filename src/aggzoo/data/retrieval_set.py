@@ -83,6 +83,9 @@ class RetrievalSet:
             ``"medium"``, ``"hard"``); ``positives``/``junk`` are the default one (Medium).
         metrics: names of the metrics the benchmark's community reports: ``"recall"`` (Recall@k,
             place recognition), ``"map"`` and ``"mp"`` (mAP and mP@k, revisited Oxford / Paris).
+        distractors: how many of the database's last images are distractors appended from a list other
+            benchmarks share (the revisitop 1M): never positive or junk; their descriptors can be cached
+            across benchmarks (:mod:`aggzoo.evaluation.descriptor_cache`).
     """
 
     name: str
@@ -93,9 +96,13 @@ class RetrievalSet:
     query_boxes: tuple[Box | None, ...] | None = None
     setups: Mapping[str, GroundTruth] | None = None
     metrics: tuple[str, ...] = ("recall",)
+    distractors: int = 0
 
     def __post_init__(self) -> None:
         owner, num_queries = self.name, len(self.query_paths)
+        if not 0 <= self.distractors <= len(self.database_paths):
+            raise ValueError(f"{owner}: distractors must count database images (0..{len(self.database_paths)}), "
+                             f"got {self.distractors}")
         _check_lengths(owner, num_queries, positive=self.positives, junk=self.junk, box=self.query_boxes)
         for q, box in enumerate(self.query_boxes or ()):
             _check_box(box, q, owner)

@@ -193,8 +193,8 @@ def load_revisitop(
         positives = tuple(np.unique(np.concatenate(rows)) for rows in zip(*(lists[k] for k in positive_keys)))
         junk = tuple(np.unique(np.concatenate(rows)) for rows in zip(*(lists[k] for k in junk_keys)))
         setups[setup] = GroundTruth(positives, junk)
-    if distractors is not None:
-        database_paths += read_r1m_list(distractors)
+    distractor_paths = read_r1m_list(distractors) if distractors is not None else ()
+    database_paths += distractor_paths
     default = setups[_DEFAULT_SETUP]
     return RetrievalSet(
         name=name or (f"{dataset}_r1m" if distractors is not None else dataset),
@@ -205,4 +205,5 @@ def load_revisitop(
         query_boxes=boxes,
         setups=setups,
         metrics=_METRICS,
+        distractors=len(distractor_paths),
     )

@@ -16,6 +16,7 @@ import numpy as np
 from torch import nn
 
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.evaluation.descriptor_cache import DescriptorCache
 from aggzoo.evaluation.loop import Stages, evaluate_retrieval
 from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.postprocess import rerank_metric_check
@@ -45,6 +46,7 @@ def evaluate_benchmarks(
     meta: Mapping[str, Any] | None = None,
     published: Mapping[str, float] | None = None,
     extractor: Any = None,
+    cache: DescriptorCache | None = None,
 ) -> list[RetrievalResult]:
     """Evaluate ``model`` on every benchmark and write the report.
 
@@ -61,6 +63,7 @@ def evaluate_benchmarks(
             (by its config name or its own name): ``published`` and ``delta``.
         extractor: extracts the descriptors in place of
             :func:`~aggzoo.evaluation.extraction.extract_descriptors` (e.g. sharded across DDP ranks).
+        cache: where database descriptors are reused across runs (:class:`~aggzoo.evaluation.loop.Stages`).
 
     Returns:
         One :class:`RetrievalResult` per benchmark, in order.
@@ -88,7 +91,8 @@ def evaluate_benchmarks(
         if getattr(reranker, "needs_images", False):  # instance tokens / local features: from this set's images
             set_rerank = reranker.bind(eval_model, retrieval_set, transform, options)
         result = evaluate_retrieval(eval_model, retrieval_set, transform, options,
-                                    Stages(whitening=whitening, rerank=set_rerank, extractor=extractor))
+                                    Stages(whitening=whitening, rerank=set_rerank, extractor=extractor,
+                                           cache=cache))
         record_published(result, published_figures(published or {}, (name, result.name)))
         if set_rerank is not reranker:
             result.extras[reranker.stats_key] = set_rerank.stats

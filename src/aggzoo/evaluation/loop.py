@@ -23,6 +23,7 @@ from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.batch_dependence import batch_dependence_record
 from aggzoo.evaluation.binary_codes import BinaryCodes
+from aggzoo.evaluation.descriptor_cache import DescriptorCache
 from aggzoo.evaluation.extraction import extract_descriptors, model_device, open_store
 from aggzoo.evaluation.index import binary_refine_message, is_binary_index, row_chunks
 from aggzoo.evaluation.options import EvaluationOptions
@@ -45,11 +46,15 @@ class Stages:
         extractor: what extracts the descriptors, called as
             :func:`~aggzoo.evaluation.extraction.extract_descriptors` (the default), e.g.
             :class:`aggzoo.training.sharded_extraction.ShardedExtractor` (sharded across DDP ranks).
+        cache: a :class:`~aggzoo.evaluation.descriptor_cache.DescriptorCache`: the database's distractors
+            (or, without distractors, the whole database) are read from it when this model extracted them
+            before under the same protocol, and stored in it otherwise.
     """
 
     whitening: PCAWhitening | None = None
     rerank: Any = None
     extractor: Callable[..., np.ndarray] | None = None
+    cache: DescriptorCache | None = None
 
 
 def search_depth(retrieval_set: RetrievalSet, options: EvaluationOptions, rerank: Any = None) -> int:
@@ -102,8 +107,11 @@ def evaluate_retrieval(
         if search_options.on_disk:
             folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{retrieval_set.name}_database.npy" if search_options.on_disk else None
-        database = extract(net, retrieval_set.database_paths, transform, extraction, out_path=path,
-                           desc=f"{retrieval_set.name} database")
+        if stages.cache is not None:
+            database = stages.cache.database(extract, net, retrieval_set, transform, options, out_path=path)
+        else:
+            database = extract(net, retrieval_set.database_paths, transform, extraction, out_path=path,
+                               desc=f"{retrieval_set.name} database")
         queries = extract(net, retrieval_set.query_paths, transform, extraction, desc=f"{retrieval_set.name} queries",
                           boxes=boxes)
         codes = None

@@ -38,7 +38,7 @@ from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, wri
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.models.input_size import size_multiple
 from aggzoo.run.benchmark_config import load_benchmark, load_benchmarks
-from aggzoo.run.evaluation_options import evaluation_options, whitening_fit_source
+from aggzoo.run.evaluation_options import descriptor_cache, evaluation_options, whitening_fit_source
 from aggzoo.run.model_by_name import command_line_keys, load_model_to_evaluate, model_spec, normalisation
 from aggzoo.run.preflight import build_model_checked, check_config, check_evaluation, result_notes
 from aggzoo.training.sharded_extraction import ShardedExtractor
@@ -245,7 +245,7 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
                                      sets, command_line_keys())
     try:
         results = evaluate_benchmarks(model.to(device), sets, protocol.transform(), options, meta=meta,
-                                      published=published, extractor=extractor)
+                                      published=published, extractor=extractor, cache=descriptor_cache(cfg))
     finally:
         if shards is not None and writer:
             shutil.rmtree(shards, ignore_errors=True)

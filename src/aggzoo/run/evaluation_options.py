@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
+from aggzoo.evaluation.descriptor_cache import DescriptorCache
 from aggzoo.evaluation.options import (
     EvaluationOptions,
     ExtractionOptions,
@@ -26,7 +27,7 @@ from aggzoo.evaluation.options import (
     TestTimeOptions,
 )
 
-__all__ = ["evaluation_options", "whitening_fit_source"]
+__all__ = ["descriptor_cache", "evaluation_options", "whitening_fit_source"]
 
 def _node(cfg: DictConfig, name: str) -> dict[str, Any]:
     node = OmegaConf.select(cfg, f"evaluation.{name}", default=None)
@@ -50,7 +51,9 @@ def evaluation_options(cfg: DictConfig, *, metric: str = "ip", whitening_kind: s
     """The options of ``cfg``'s evaluation: ``recall_ks``, ``eval_batch_size``, ``num_workers`` and the
     ``evaluation.*`` sub-nodes; ``metric`` / ``whitening_kind``: the protocol's, used where the config says
     null; ``whitening_source``: ``evaluation.postprocess.whitening_fit`` resolved to images or a benchmark."""
-    extraction = _known("extraction", _node(cfg, "extraction"), ("descriptor_dtype", "precision", "progress"))
+    extraction = _known("extraction", _node(cfg, "extraction"),
+                        ("descriptor_dtype", "precision", "progress", "cache_dir"))
+    extraction.pop("cache_dir", None)  # not an extraction option: a stage of its own (descriptor_cache below)
     test_time = _known("test_time", _node(cfg, "test_time"), ("scales", "multiscale_reduce", "tlc_train_size"))
     search = _known("search", _node(cfg, "search"),
                     ("metric", "index", "search_params", "refine", "refine_store", "store_dir", "use_gpu"))
@@ -94,3 +97,13 @@ def whitening_fit_source(cfg: DictConfig, load: Any) -> str | list[Path] | Retri
         return load(node)
     value = OmegaConf.to_container(node, resolve=True) if not isinstance(node, str) else node
     return [Path(p) for p in value] if isinstance(value, list) else str(value)
+
+
+def descriptor_cache(cfg: DictConfig) -> DescriptorCache | None:
+    """The cache of ``evaluation.extraction.cache_dir`` (``None``: every run extracts every image)."""
+    folder = OmegaConf.select(cfg, "evaluation.extraction.cache_dir", default=None)
+    if folder is None:
+        return None
+    if not isinstance(folder, str) or not folder.strip():
+        raise ConfigError(f"evaluation.extraction.cache_dir must be a folder path or null, got {folder!r}")
+    return DescriptorCache(folder)
