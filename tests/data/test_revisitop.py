@@ -244,3 +244,29 @@ def test_shipped_configs_load_the_published_layout(tmp_path, benchmark, database
     assert rs.name == benchmark and rs.num_database == database and rs.num_queries == 3
     assert rs.database_paths[0].parent == data_root / benchmark.removesuffix("_r1m") / "jpg"
     assert set(rs.setups) == {"easy", "medium", "hard"} and rs.metrics == ("map", "mp")
+
+
+def test_skipping_unreadable_images_reindexes_junk_setups_and_boxes(tmp_path):
+    """bad_images=skip on a revisitop set: database image 1 and query 1 unreadable. Every list of a kept query
+    (positives, junk, each setup) loses image 1 and shifts the ids above it down by one; query 1's box goes too."""
+    from aggzoo.data.image_policy import ImagePolicy, drop_unreadable
+
+    root = write_revisitop(tmp_path / "roxford5k")
+    (root / "jpg" / f"{DATABASE[1]}.jpg").write_bytes(b"not a jpeg")
+    (root / "jpg" / f"{QUERIES[1]}.jpg").write_bytes(b"not a jpeg")
+    loaded = load_revisitop(root)
+    reduced, counts = drop_unreadable(loaded, ImagePolicy(on_error="skip", log_path=tmp_path / "bad.tsv"))
+    assert counts == {"skipped_database_images": 1, "skipped_queries": 1}
+
+    def moved(ids):  # the expected ids after image 1 left: written from the rule, not from the code
+        return sorted(i - (i > 1) for i in ids if i != 1)
+
+    kept_queries = [0, 2]
+    for setup, (positive_keys, junk_keys) in {"easy": (["easy"], ["junk", "hard"]), "medium": (["easy", "hard"], ["junk"]),
+                                               "hard": (["hard"], ["junk", "easy"])}.items():
+        truth = reduced.setups[setup]
+        for new_q, old_q in enumerate(kept_queries):
+            assert list(truth.positives[new_q]) == moved({i for k in positive_keys for i in GND[old_q][k]})
+            assert list(truth.junk[new_q]) == moved({i for k in junk_keys for i in GND[old_q][k]})
+    assert _as_lists(reduced.junk) == _as_lists(reduced.setups["medium"].junk)
+    assert reduced.query_boxes == (loaded.query_boxes[0], loaded.query_boxes[2])

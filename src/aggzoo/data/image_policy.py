@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from aggzoo.data.images import ImageReadError, read_rgb
 from aggzoo.data.progress import progress_bar
-from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.data.retrieval_set import GroundTruth, RetrievalSet
 from aggzoo.data.workers import loader_workers
 
 __all__ = ["BAD_IMAGE_CHOICES", "ImagePolicy", "scan_images", "drop_unreadable", "check_readable"]
@@ -206,8 +206,8 @@ def drop_unreadable(retrieval_set: RetrievalSet, policy: ImagePolicy, *,
                     num_workers: int | None = None) -> tuple[RetrievalSet, dict[str, int]]:
     """``retrieval_set`` without its unreadable images (every image decoded once to find them).
 
-    Unreadable database images leave the database (positives are re-indexed); unreadable queries
-    leave the query list. Each file is recorded in ``policy``. Returns the new set and
+    Unreadable database images leave the database (positives, junk and every ground-truth setup are
+    re-indexed); unreadable queries leave the query list (with their boxes and ground truth). Each file is recorded in ``policy``. Returns the new set and
     ``{"skipped_database_images": n, "skipped_queries": m}``.
     """
     n_db = retrieval_set.num_database
@@ -224,13 +224,23 @@ def drop_unreadable(retrieval_set: RetrievalSet, policy: ImagePolicy, *,
     keep_db = np.ones(n_db, dtype=bool)
     keep_db[bad_db] = False
     new_index = np.cumsum(keep_db) - 1  # old database index -> new one (valid where kept)
-    positives = tuple(new_index[p[keep_db[p]]].astype(np.int64)
-                      for q, p in enumerate(retrieval_set.positives) if q not in bad_q)
+
+    def kept(lists: tuple[np.ndarray, ...] | None) -> tuple[np.ndarray, ...] | None:
+        """Per kept query, its database indices that are kept, re-indexed."""
+        if lists is None:
+            return None
+        return tuple(new_index[p[keep_db[p]]].astype(np.int64) for q, p in enumerate(lists) if q not in bad_q)
+
+    setups = retrieval_set.setups
+    if setups is not None:
+        setups = {name: GroundTruth(kept(truth.positives), kept(truth.junk)) for name, truth in setups.items()}
+    boxes = retrieval_set.query_boxes
     reduced = dataclasses.replace(
         retrieval_set,
         database_paths=tuple(p for i, p in enumerate(retrieval_set.database_paths) if keep_db[i]),
         query_paths=tuple(p for q, p in enumerate(retrieval_set.query_paths) if q not in bad_q),
-        positives=positives,
+        positives=kept(retrieval_set.positives), junk=kept(retrieval_set.junk), setups=setups,
+        query_boxes=None if boxes is None else tuple(b for q, b in enumerate(boxes) if q not in bad_q),
         distractors=int(keep_db[n_db - retrieval_set.distractors:].sum()) if retrieval_set.distractors else 0,
     )
     if reduced.num_database == 0 or reduced.num_queries == 0:
