@@ -207,7 +207,8 @@ def drop_unreadable(retrieval_set: RetrievalSet, policy: ImagePolicy, *,
     """``retrieval_set`` without its unreadable images (every image decoded once to find them).
 
     Unreadable database images leave the database (positives, junk and every ground-truth setup are
-    re-indexed); unreadable queries leave the query list (with their boxes and ground truth). Each file is recorded in ``policy``. Returns the new set and
+    re-indexed); unreadable queries leave the query list (with their boxes and ground truth). Each file is
+    recorded in ``policy``. Returns the new set and
     ``{"skipped_database_images": n, "skipped_queries": m}``.
     """
     n_db = retrieval_set.num_database
