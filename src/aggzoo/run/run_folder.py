@@ -15,6 +15,14 @@ Hydra writes the folder's ``.hydra/``) and by the pipeline for the folder a resu
 operating system releases it when its process ends however it ends (``kill -9`` too), so a lock
 file left by a dead run never blocks. A second run is refused with one ``error:`` line.
 
+A dead run's folder is not free either: a folder that holds a training run (its ``checkpoints/`` or
+``run_summary.json``), live or killed, is refused by :class:`RunFolderLock` to any command but the
+one that resumes that run (``ckpt_path`` naming one of its checkpoints, the folder, ``last`` or
+``auto``), before Hydra writes into it: a new run there would overwrite the run's saved config
+(``.hydra/``) and summary, and the killed run could no longer be resumed with its own config. The
+command that does resume it keeps the run's ``.hydra/`` as it is (Hydra is told not to write one),
+so the run's record stays the run's.
+
 :func:`discard_unused_run_folder` removes a folder that holds nothing but what Hydra writes into
 every run folder (``.hydra/``, the job's log) and the lock: what a job that failed before it began,
 or a resume that continued in the resumed run's own folder, would otherwise leave for
@@ -32,18 +40,22 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from aggzoo.errors import RunFolderError
+from aggzoo.errors import RunFolderError, UserError
+from aggzoo.training.checkpointing import resolve_ckpt_path, run_dir_of
 
 __all__ = ["LOCK_NAME", "RunFolderLock", "WritableRunFolder", "discard_unused_run_folder", "hold_run_folder",
-           "release_run_folder", "unwritable_folder_message"]
+           "release_run_folder", "training_run_files", "unwritable_folder_message"]
 
 #: the lock file of a live run, in its folder
 LOCK_NAME = ".run.lock"
 #: what Hydra writes into every run folder before the job runs (plus the lock): a folder holding
 #: only these has no result of its own
 _HYDRA_ONLY = {".hydra", LOCK_NAME}
+
+#: what a training run leaves in its folder from its first checkpoint (or its baseline) on
+_TRAINING_RUN_FILES = ("checkpoints", "run_summary.json")
 
 #: folders this process holds -> (their lock, how many holders in this process). One lock object per
 #: folder: a second flock of the same file from this process would fail against the first.
@@ -124,6 +136,26 @@ def hold_run_folder(folder: str | os.PathLike) -> Path:
     return folder
 
 
+def training_run_files(folder: str | os.PathLike) -> list[str]:
+    """The files of a training run (live or dead) that ``folder`` holds: ``[]`` when it holds none."""
+    folder = Path(folder)
+    return [name for name in _TRAINING_RUN_FILES if (folder / name).exists()]
+
+
+def _resumes(config: DictConfig, folder: Path) -> bool:
+    """Whether the job of ``config`` (a train job) resumes the run in ``folder``: its ``ckpt_path``
+    resolves (as the train job resolves it) to a checkpoint of that folder."""
+    if str(OmegaConf.select(config, "task_name", default="")) != "train":
+        return False
+    try:
+        ckpt = resolve_ckpt_path(OmegaConf.select(config, "ckpt_path", default=None),
+                                 search_root=Path(str(config.paths.log_dir)) / "train", own_dir=folder)
+    except UserError:  # the job itself says what is wrong with ckpt_path
+        return False
+    found = run_dir_of(ckpt) if ckpt is not None else None
+    return found is not None and found.resolve() == folder.resolve()
+
+
 def release_run_folder(folder: str | os.PathLike) -> None:
     """Undo one :func:`hold_run_folder` of this process (the lock is released with the last)."""
     folder = Path(folder).resolve()
@@ -181,9 +213,28 @@ class RunFolderLock(Callback):
             return
         try:
             self.folder = hold_run_folder(str(folder))
+            if key == "hydra.run.dir" and not _secondary_rank():
+                self._keep_a_dead_run(config, self.folder)
         except RunFolderError as error:
             print(f"error: {error}", file=sys.stderr)
             raise SystemExit(_USER_ERROR_STATUS) from None
+
+    def _keep_a_dead_run(self, config: DictConfig, folder: Path) -> None:
+        """Refuse a folder holding a training run to every job but the one resuming it; that one
+        keeps the run's own ``.hydra/`` (its record of the run's config and overrides)."""
+        found = training_run_files(folder)
+        if not found:
+            return
+        if _resumes(config, folder):
+            with read_write(config.hydra), open_dict(config.hydra):
+                config.hydra.output_subdir = None
+            return
+        self._release()
+        raise RunFolderError(
+            f"the run folder {folder} holds a training run ({', '.join(found)}) that this command does not resume; "
+            f"starting another job there would overwrite that run's saved config. Resume it with ckpt_path={folder} "
+            "(its own config is used), or start this job in a folder of its own (leave hydra.run.dir unset, or give "
+            "another one)")
 
     def _release(self) -> None:
         if self.folder is not None:
