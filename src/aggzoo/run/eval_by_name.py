@@ -16,6 +16,7 @@ the config (``image_size``, the pipeline resize, the backbone's normalisation, a
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -212,6 +213,10 @@ def unlabelled_requested(cfg: DictConfig) -> bool:
     return bool(cfg.get("database") or cfg.get("queries"))
 
 
+def _enum_value(value: Any) -> str:
+    return str(getattr(value, "value", value))  # a schema-typed key arrives as its Enum
+
+
 def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, meta: dict[str, Any],
                    device: Any) -> Predictions:
     """Top-``top_k`` of every image of ``queries=`` among ``database=`` (no ground truth), written to
@@ -226,6 +231,7 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, me
     search["index"] = search["index"] or "Flat"
     predictions = predict(model.to(device), database, queries, protocol.transform(), k=int(cfg.top_k),
                           refine_store=options.get("refine_store") or "ram", metric=protocol.metric,
+                          self_matches=_enum_value(cfg.get("self_matches", "report")),
                           batch_size=int(cfg.eval_batch_size) if protocol.fixed_size else 1,
                           num_workers=cfg.num_workers, device=device, progress=options.get("progress"), **search)
     files = write_predictions(predictions, cfg.paths.output_dir,
@@ -233,8 +239,19 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, me
                               picture=bool(options.get("pictures", True)),
                               grid_queries=int(options.get("grid_queries", 6)), grid_k=int(options.get("grid_k", 5)))
     summary = predictions.summary()
+    found = summary["queries_that_found_their_own_file"]
+    if found:  # a query finding its own file says nothing about the model: never a plain success line
+        print(f"warning: {found} of {len(queries)} queries found their own image file among the database images "
+              f"({summary['queries_whose_top1_is_their_own_file']} of them at top-1): queries={cfg.queries} and "
+              f"database={cfg.database} share {summary['queries_in_database']} files. The figures below count those "
+              "self-matches; search each query without its own file with self_matches=exclude, or give a query "
+              "folder outside the database folder", file=sys.stderr)
     distance = (f"; top-1 median {summary['median_top1_distance_m']:.1f} m from the query (file-name coordinates), "
                 f"{100 * summary['top1_within_25m']:.1f} % within 25 m" if predictions.distances_m is not None else "")
+    if found:
+        distance += f" (counting {found} queries that found their own file: not a measure of the model)"
+    elif summary["queries_in_database"]:
+        distance += f" ({summary['queries_in_database']} queries searched without their own file: self_matches=exclude)"
     print(f"{len(queries)} queries x {len(database)} database images, top-{summary['k']} written to "
           f"{files['csv']} and {files['json']}{distance}")
     return predictions
