@@ -21,7 +21,7 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from aggzoo.cli.reporting import exit_with_user_error
+from aggzoo.cli.reporting import disk_full_message, exit_with_user_error, is_disk_full
 
 __all__ = ["composition_message", "run_hydra_main"]
 
@@ -42,6 +42,11 @@ def run_hydra_main(main: Callable[[], Any], script: str) -> None:
     except (ConfigCompositionException, OverrideParseException) as err:
         # No run folder exists yet; Hydra's console handler (a multirun sets it up) would print it twice.
         exit_with_user_error(composition_message(err, script), to_log=False)
+    except OSError as err:
+        if not is_disk_full(err):
+            raise
+        # Hydra's own writes (.hydra/ of the run folder) before the job's code runs.
+        exit_with_user_error(disk_full_message(err), to_log=False)
 
 
 def composition_message(err: BaseException, script: str) -> str:

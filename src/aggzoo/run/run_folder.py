@@ -5,7 +5,8 @@ itself, before ``train.py`` / ``eval.py`` run any of aggzoo's code: a read-only 
 would end in Hydra's traceback of ``os.mkdir``. :class:`WritableRunFolder` (a Hydra callback,
 ``conf/hydra/default.yaml``) makes and probes the folder's parent first, and stops with one
 ``error:`` line naming the folder and the override that moves it (exit status 2, as every user
-error of the entry points).
+error of the entry points); so does a full file system (less than :data:`RUN_START_BYTES` free),
+where Hydra's own write of ``.hydra/`` would end in a raw ``OSError``.
 
 One live run per folder. Run folders are named to the microsecond (``conf/hydra/default.yaml``), so
 two launches in the same second get two folders; a folder given twice (``hydra.run.dir=...``, or two
@@ -46,7 +47,7 @@ from aggzoo.errors import RunFolderError, UserError
 from aggzoo.training.checkpointing import resolve_ckpt_path, run_dir_of
 
 __all__ = ["LOCK_NAME", "RunFolderLock", "WritableRunFolder", "discard_unused_run_folder", "hold_run_folder",
-           "release_run_folder", "training_run_files", "unwritable_folder_message"]
+           "no_room_message", "release_run_folder", "training_run_files", "unwritable_folder_message"]
 
 #: the lock file of a live run, in its folder
 LOCK_NAME = ".run.lock"
@@ -77,6 +78,28 @@ def unwritable_folder_message(folder: Path) -> str | None:
         return f"cannot write the run folder {folder} ({where}{error.strerror or error})"
 
 
+#: the least free space a run starts with: Hydra's record of its config (.hydra/, some 10 KB), its log
+#: and its small results; a checkpoint or a descriptor store checks its own size when it is written
+RUN_START_BYTES = 1 << 20
+
+
+def _megabytes(num_bytes: int) -> str:
+    return f"{num_bytes / (1 << 20):.1f} MB"
+
+
+def no_room_message(folder: Path, needed: int = RUN_START_BYTES) -> str | None:
+    """Why the file system of ``folder`` (which exists) cannot hold a run's first files, or ``None``."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None  # not measurable here: writing will tell
+    if free >= needed:
+        return None
+    return (f"no space left for the run folder in {folder}: {_megabytes(free)} free on that file system, a run "
+            f"needs at least {_megabytes(needed)} to start (its config record, log and results; checkpoints "
+            "more). Free some space, or write the logs to a larger disk with paths.log_dir=<folder>")
+
+
 class WritableRunFolder(Callback):
     """Hydra callback: refuse to start a run (or a sweep) whose folder cannot be written."""
 
@@ -92,10 +115,15 @@ class WritableRunFolder(Callback):
         if folder is None:
             return
         # The parent: the run folder's own name holds the time, which Hydra resolves again later.
-        message = unwritable_folder_message(Path(str(folder)).parent)
+        parent = Path(str(folder)).parent
+        message = unwritable_folder_message(parent)
         if message is not None:
             print(f"error: {message}. Write the logs to a folder you can write with paths.log_dir=<folder>, or "
                   "make this one writable", file=sys.stderr)
+            raise SystemExit(_USER_ERROR_STATUS)
+        if (message := no_room_message(parent)) is not None:
+            # Hydra writes the run's .hydra/ next, before any of aggzoo's code could report a full disk.
+            print(f"error: {message}", file=sys.stderr)
             raise SystemExit(_USER_ERROR_STATUS)
 
 
