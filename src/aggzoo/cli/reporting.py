@@ -71,10 +71,22 @@ def disk_full_message(err: OSError) -> str:
             "(paths.log_dir=...); a training run resumes with ckpt_path=last.")
 
 
+def _to_log_files(message: str) -> None:
+    """``message`` as an ERROR record into the log files this module's logger reaches (the run's
+    ``<task>.log``), not to its console handlers: the ``error:`` line is what the console shows, once."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "%s", (message,), None)
+    logger: logging.Logger | None = log
+    while logger is not None:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
+                handler.handle(record)
+        logger = logger.parent if logger.propagate else None
+
+
 def exit_with_user_error(message: str, *, to_log: bool = True) -> None:
     """Print ``error: <message>`` on stderr (and, with ``to_log``, to the run's log file when there is one),
     exit with status 2."""
-    if to_log and log.hasHandlers():  # the run's log file (Hydra); without handlers logging would print it a second time
-        log.error("%s", message)
+    if to_log:
+        _to_log_files(message)
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(USER_ERROR_STATUS) from None
