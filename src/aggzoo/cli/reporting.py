@@ -68,7 +68,7 @@ def disk_full_message(err: OSError) -> str:
         except OSError:
             free = ""
     return (f"disk full while writing {where} ({err.strerror}{free}). Free some space or write to a larger disk "
-            "(paths.log_dir=...); a training run resumes with ckpt_path=last.")
+            "(paths.output_dir=...); a training run resumes with ckpt_path=last.")
 
 
 def _to_log_files(message: str) -> None:
