@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from aggzoo.data.folder import EARTH_RADIUS_M, lat_lon_to_ecef
+from aggzoo.data.image_policy import ImagePolicy, scan_images
 from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images
 from aggzoo.data.vg import utm_from_name
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
@@ -47,7 +48,7 @@ from aggzoo.evaluation.report import plot_predictions
 from aggzoo.evaluation.retrieval import extract_descriptors, search_with_scores
 
 __all__ = ["SELF_MATCH_CHOICES", "UNLABELLED_LAYOUT", "Predictions", "coordinates_from_names", "image_folder", "predict",
-           "same_file_rows", "write_predictions"]
+           "readable_images", "same_file_rows", "write_predictions"]
 
 #: what to do with a query whose own file is in the database: keep and count it, or search without it
 SELF_MATCH_CHOICES = ("report", "exclude")
@@ -72,6 +73,16 @@ def image_folder(folder: str | Path | None, role: str) -> tuple[Path, ...]:
         raise DatasetLayoutError(f"{role}={folder} holds no image files (found {found or 'nothing'}). "
                                  f"Expected {UNLABELLED_LAYOUT}")
     return images
+
+
+def readable_images(paths: Sequence[Path], policy: ImagePolicy, *, num_workers: int | None = None,
+                    progress: bool | None = None) -> tuple[Path, ...]:
+    """``paths`` without the files that cannot be decoded (each decoded once), each recorded in ``policy``
+    (``bad_images=skip``: a stray ``._photo.jpg`` of macOS, a truncated download)."""
+    problems = scan_images(paths, full=True, num_workers=num_workers, progress=progress)
+    for index, reason in sorted(problems.items()):
+        policy.record(paths[index], reason)
+    return tuple(p for i, p in enumerate(paths) if i not in problems)
 
 
 def _vg_utm(name: str) -> tuple[float, float] | None:

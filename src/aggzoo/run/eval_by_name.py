@@ -26,10 +26,11 @@ from omegaconf import DictConfig, OmegaConf
 from PIL import Image
 from torch import nn
 
+from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy
 from aggzoo.data.retrieval_set import RetrievalSet
-from aggzoo.errors import CheckpointNotFoundError, ConfigError, UnknownModelError
+from aggzoo.errors import CheckpointNotFoundError, ConfigError, ImageReadError, UnknownModelError
 from aggzoo.evaluation.protocol import EvalProtocol
-from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, write_predictions
+from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, readable_images, write_predictions
 from aggzoo.hub.cfg import PretrainedCfg, split_name
 from aggzoo.hub.factory import create_model, get_pretrained_cfg, is_model, model_entrypoint
 from aggzoo.models.input_size import size_multiple
@@ -227,6 +228,17 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, me
     database = image_folder(cfg.get("database"), "database")
     queries = image_folder(cfg.get("queries"), "queries")
     options = OmegaConf.to_container(cfg.evaluation, resolve=True)
+    skipped_note = ""
+    if _enum_value(cfg.get("bad_images", "fail")) == "skip":  # unreadable files leave both folders' lists
+        policy = ImagePolicy("skip", log_path=Path(cfg.paths.output_dir) / SKIPPED_LIST_NAME)
+        database = readable_images(database, policy, num_workers=cfg.num_workers, progress=options.get("progress"))
+        queries = readable_images(queries, policy, num_workers=cfg.num_workers, progress=options.get("progress"))
+        if not database or not queries:
+            raise ImageReadError(f"bad_images=skip: no readable image left in {'database' if not database else 'queries'}"
+                                 f"={cfg.database if not database else cfg.queries} (the unreadable ones are listed in "
+                                 f"{policy.log_path})")
+        if skipped := policy.finalize():
+            skipped_note = f"note: skipped {len(skipped)} unreadable images (bad_images=skip); listed in {policy.log_path}"
     search = {key: options.get(key) for key in ("index", "search_params", "use_gpu", "refine")}
     search["index"] = search["index"] or "Flat"
     predictions = predict(model.to(device), database, queries, protocol.transform(), k=int(cfg.top_k),
@@ -237,7 +249,11 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, me
     files = write_predictions(predictions, cfg.paths.output_dir,
                               meta={**meta, "database": str(cfg.database), "queries": str(cfg.queries)},
                               picture=bool(options.get("pictures", True)),
-                              grid_queries=int(options.get("grid_queries", 6)), grid_k=int(options.get("grid_k", 5)))
+                              grid_queries=int(options.get("grid_queries", 6)),
+                              # the picture shows the top_k asked for, unless its own width is given
+                              grid_k=int(options["grid_k"]) if "evaluation.grid_k" in command_line_keys() else int(cfg.top_k))
+    if skipped_note:
+        print(skipped_note)
     summary = predictions.summary()
     found = summary["queries_that_found_their_own_file"]
     if found:  # a query finding its own file says nothing about the model: never a plain success line

@@ -1,7 +1,10 @@
-"""``python eval.py model=... database=<folder> queries=<folder>`` with the query folder inside the
-database folder: every query is a database file too and finds itself at score 1, 0 m. By default that
-is said loudly (a ``warning:`` line, counts in ``predictions.json``, a summary line that does not read
-as a success); ``self_matches=exclude`` searches each query without its own file (issue 25, point 2)."""
+"""``python eval.py model=... database=<folder> queries=<folder>`` (no ground truth) as a user runs it.
+
+With the query folder inside the database folder every query is a database file too and finds itself
+at score 1, 0 m. By default that is said loudly (a ``warning:`` line, counts in ``predictions.json``, a
+summary line that does not read as a success); ``self_matches=exclude`` searches each query without
+its own file (issue 25, point 2). ``bad_images=skip`` skips an unreadable file there too (point 8);
+the picture shows the ``top_k`` asked for (point 14)."""
 
 from __future__ import annotations
 
@@ -98,3 +101,37 @@ def test_a_bad_self_matches_value_is_one_error_line(folders, tmp_path: Path) -> 
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert "self_matches" in line and "report" in line and "exclude" in line
+
+
+def test_bad_images_skip_skips_an_unreadable_file_and_the_picture_shows_top_k(folders, tmp_path: Path) -> None:
+    saved, database, _ = folders
+    junk_db = tmp_path / "junk_db"
+    junk_db.mkdir()
+    for path in sorted(database.glob("*.png"))[:5]:
+        (junk_db / path.name).symlink_to(path)
+    (junk_db / "._photo.jpg").write_bytes(b"\x00\x05\x16\x07" + b"\x00" * 60)  # macOS AppleDouble, not a JPEG
+    queries = sorted((database / "queries").glob("*.png"))
+    args = [f"model={saved}", f"database={junk_db}", f"queries={database / 'queries'}", "top_k=4"]
+    refused = run_entry([*args, f"hydra.run.dir={tmp_path / 'fail'}"], tmp_path, script="eval.py")
+    assert refused.returncode == 2 and "._photo.jpg" in refused.stderr, refused.stderr[-3000:]
+
+    skipped = run_entry([*args, "bad_images=skip", f"hydra.run.dir={tmp_path / 'skip'}"], tmp_path, script="eval.py")
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    listed = tmp_path / "skip" / "bad_images.tsv"
+    assert f"note: skipped 1 unreadable images (bad_images=skip); listed in {listed}" in skipped.stdout
+    assert listed.read_text().startswith(f"{junk_db / '._photo.jpg'}\t")
+    document = json.loads((tmp_path / "skip" / "predictions.json").read_text())
+    assert document["summary"]["num_database"] == 5 and document["summary"]["num_queries"] == len(queries)
+    assert all(len(entry["results"]) == 4 for entry in document["predictions"])
+
+    # The picture: one column per result asked for (top_k), whatever evaluation.grid_k's default is.
+    widths = {}
+    for k in (2, 4):
+        out = tmp_path / f"picture{k}"
+        done = run_entry([*args[:-1], f"top_k={k}", "bad_images=skip", f"hydra.run.dir={out}"], tmp_path,
+                         script="eval.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        with Image.open(out / "predictions.png") as picture:
+            widths[k] = picture.width
+    # query + k thumbnails per row: 4 results take 5 cells, 2 take 3.
+    assert widths[4] / widths[2] == pytest.approx(5 / 3, rel=0.08), widths
