@@ -19,6 +19,7 @@ __all__ = [
     "format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries",
     "recall_curves_figure", "retrievals_figure", "figure_rgb", "grid_rows_caption",
     "plot_predictions", "published_figures", "query_label", "record_published",
+    "write_json_document",
 ]
 
 
@@ -96,6 +97,11 @@ def write_json(results: Sequence[RetrievalResult], path: str | Path, meta: dict[
                labels: Sequence[str] | None = None) -> Path:
     """Write :func:`to_json` to ``path`` (parents created); returns the path."""
     return _write_text(path, json.dumps(to_json(results, meta, labels), indent=2, default=_jsonable) + "\n")
+
+
+def write_json_document(document: dict[str, Any], path: str | Path) -> Path:
+    """Write a :func:`to_json` document (perhaps with rows of an earlier run added) to ``path``."""
+    return _write_text(path, json.dumps(document, indent=2, default=_jsonable) + "\n")
 
 
 def write_markdown(results: Sequence[RetrievalResult], path: str | Path, title: str = "Retrieval results") -> Path:

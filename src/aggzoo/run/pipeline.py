@@ -29,7 +29,7 @@ from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.data.transforms import eval_transform, train_transform
 from aggzoo.errors import ConfigError, DatasetLayoutError, RunFolderError, UserError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
-from aggzoo.evaluation.report import format_table, write_json
+from aggzoo.evaluation.report import format_table, to_json, write_json, write_json_document
 from aggzoo.evaluation.retrieval import RetrievalResult, evaluate_retrieval
 from aggzoo.hub.factory import create_model, is_model
 from aggzoo.hub.io import SPEC_KEY, read_checkpoint
@@ -292,6 +292,7 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), search_root=Path(cfg.paths.log_dir) / str(cfg.task_name),
                                   own_dir=launch_dir)
     kept_test: dict[str, Any] = {}
+    kept_rows: list[dict[str, Any]] = []
     resumed_dir = run_dir_of(ckpt_path) if ckpt_path is not None else None
     if resumed_dir is not None:
         # Continue in the interrupted run's folder: its checkpoint callback state (best model) stays
@@ -304,6 +305,7 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
             cfg.paths.output_dir = str(resumed_dir)
         cfg = resume_config(cfg, resumed_dir)
         kept_test = _baseline_rows_of(resumed_dir / "run_summary.json")
+        kept_rows = _baseline_results_of(resumed_dir / "run_summary.json")
     # The one safe reader, before anything is built: a file that needs code to load, or whose recorded
     # spec names anything but aggzoo's model classes, is refused here, long before Lightning opens it
     # (and before anything is written into its run's folder).
@@ -336,7 +338,7 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
 
     def summarise(status: str, rows: list[tuple[str, list[RetrievalResult]]], best: Path | None = None) -> None:
         _write_run_summary(out_dir / "run_summary.json", cfg, model, trainer, timer, rows, best,
-                           time.perf_counter() - started, status=status, kept_test=kept_test)
+                           time.perf_counter() - started, status=status, kept_test=kept_test, kept_rows=kept_rows)
 
     # Written as soon as the baseline is measured (UntrainedBaseline runs first at train start).
     callbacks.append(_SummaryAtTrainStart(lambda: summarise(RUNNING, _baseline_rows(baseline))))
@@ -381,8 +383,10 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
         print(_comparison_table(table_rows, chosen_on_validation=chosen))
         if notes := result_notes(trained):
             print("\n".join(notes))
-        write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json",
-                   labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
+        document = to_json([r for _, rs in table_rows for r in rs],
+                           labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
+        document["results"] = [*kept_rows, *document["results"]]  # a resumed run's baseline rows, measured before
+        write_json_document(document, out_dir / "test_results.json")
     results["seconds"] = time.perf_counter() - started
     summarise(DONE, table_rows, best)
     print("\n".join(closing_for(cfg, trainer, out_dir)))  # where everything is, and the command to run next
@@ -422,6 +426,16 @@ def _baseline_rows_of(summary: Path) -> dict[str, Any]:
     return {label: test[label] for label in _BASELINE_LABELS if isinstance(test, dict) and label in test}
 
 
+def _baseline_results_of(summary: Path) -> list[dict[str, Any]]:
+    """The baseline rows (every field) of a run's earlier ``run_summary.json``, as test_results.json holds them."""
+    try:
+        rows = json.loads(summary.read_text()).get("test_results", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [row for row in rows if isinstance(row, dict) and row.get("label") in _BASELINE_LABELS] \
+        if isinstance(rows, list) else []
+
+
 def _summarise_interrupted(summarise: Any, trainer: L.Trainer, baseline: UntrainedBaseline,
                            stopped: dict[str, Any]) -> None:
     if trainer.is_global_zero and "interrupted" in stopped:
@@ -431,9 +445,11 @@ def _summarise_interrupted(summarise: Any, trainer: L.Trainer, baseline: Untrain
 
 def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.Trainer, timer: StepTimer,
                        table_rows: list[tuple[str, list[RetrievalResult]]], best: Path | None, seconds: float, *,
-                       status: str = DONE, kept_test: Mapping[str, Any] | None = None) -> None:
+                       status: str = DONE, kept_test: Mapping[str, Any] | None = None,
+                       kept_rows: Sequence[Mapping[str, Any]] | None = None) -> None:
     """One JSON per run with what a sweep comparison needs (``aggzoo.run.collect_runs``); ``kept_test``:
-    rows of an earlier summary of the same run that this process did not measure (a resume's baseline)."""
+    rows of an earlier summary of the same run that this process did not measure (a resume's baseline);
+    ``kept_rows``: the same rows with every field, as test_results.json holds them."""
     from hydra.core.hydra_config import HydraConfig
 
     overrides: list[str] = []
@@ -468,11 +484,14 @@ def _write_run_summary(path: Path, cfg: DictConfig, model: VPRModel, trainer: L.
         "val": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
         "test": {**(kept_test or {}),
                  **{label: {r.name: {str(k): v for k, v in r.recalls.items()} for r in rs} for label, rs in table_rows}},
+        # the rows of test_results.json (every field), so that a resumed run writes its baseline rows there too
+        "test_results": [*(kept_rows or []), *to_json([r for _, rs in table_rows for r in rs],
+                                                      labels=[label for label, rs in table_rows for _ in rs])["results"]],
         "best_checkpoint": str(best) if best else None,
         "wall_seconds": round(seconds, 1),
         "status": status,
     }
-    path.write_text(json.dumps(summary, indent=2))
+    path.write_text(json.dumps(summary, indent=2, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
 
 
 def _best_checkpoint(trainer: L.Trainer) -> Path | None:
