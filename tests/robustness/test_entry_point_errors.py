@@ -240,6 +240,13 @@ COMPOSITION = {
                                        "the keys of trainer are:", "max_epochs"],
     ("eval.py", "nosuch_key=1"): ["Could not override 'nosuch_key'", "the keys of the top level are:", "recall_ks"],
     ("eval.py", "image_size=[1"): ["cannot parse the override 'image_size=[1'"],
+    # paths Hydra reads only quoted (issue 25, point 18): the line says how to quote them
+    ("eval.py", "queries=/tmp/ünï"): ["cannot parse the override 'queries=/tmp/ünï'",
+                                      "quote the value for Hydra, and the whole override for the shell: "
+                                      "\"queries='/tmp/ünï'\""],
+    ("eval.py", "queries=/tmp/a=b"): ["\"queries='/tmp/a=b'\""],
+    ("eval.py", "photos/q"): ["cannot parse the override 'photos/q'", "must be quoted twice, for the shell and for "
+                              "Hydra: \"queries='/my photos/q'\""],
 }
 
 
