@@ -37,3 +37,23 @@ def test_export_refuses_to_overwrite_a_file_unless_forced(tmp_path: Path) -> Non
     forced = run_entry([*args, "--force"], tmp_path, script=None)
     assert forced.returncode == 0, forced.stderr[-3000:]
     assert output.read_bytes()[:2] == b"PK"  # a TorchScript archive (zip) now
+
+
+def test_info_describes_a_saved_folder_and_a_checkpoint(tmp_path: Path) -> None:
+    """Issue 25, point 15: ``aggzoo info`` takes what ``eval.py model=`` takes, not only registered names."""
+
+    import aggzoo
+    from aggzoo.hub.cfg import PretrainedCfg
+
+    model = aggzoo.create_model("gem_efficientnet_lite0", pretrained_backbone=False)
+    saved = aggzoo.save_pretrained(model, tmp_path / "my model", pretrained_cfg=PretrainedCfg(
+        architecture="gem_efficientnet_lite0", tag="mine", input_size=(3, 64, 96), license="CC-BY-4.0"))
+    for name in (f"local-dir:{saved}", str(saved)):
+        shown = run_entry(["-m", "aggzoo.cli.main", "info", name], tmp_path, script=None)
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        lines = shown.stdout.splitlines()
+        assert lines[0] == name and "gem_efficientnet_lite0 (GeM head on " in shown.stdout, shown.stdout
+        assert "input 64 x 96 (H x W)" in shown.stdout and "CC-BY-4.0" in shown.stdout, shown.stdout
+    missing = run_entry(["-m", "aggzoo.cli.main", "info", "local-dir:/no/such/folder"], tmp_path, script=None)
+    line = error_line(missing)
+    assert "/no/such/folder" in line, line
