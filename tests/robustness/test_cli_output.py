@@ -39,9 +39,8 @@ def test_export_refuses_to_overwrite_a_file_unless_forced(tmp_path: Path) -> Non
     assert output.read_bytes()[:2] == b"PK"  # a TorchScript archive (zip) now
 
 
-def test_info_describes_a_saved_folder_and_a_checkpoint(tmp_path: Path) -> None:
+def test_info_describes_a_saved_folder(tmp_path: Path) -> None:
     """Issue 25, point 15: ``aggzoo info`` takes what ``eval.py model=`` takes, not only registered names."""
-
     import aggzoo
     from aggzoo.hub.cfg import PretrainedCfg
 
