@@ -178,6 +178,8 @@ class NonFiniteError(UserError, FloatingPointError):
 def user_message(err: BaseException) -> str:
     """The one line a user sees for ``err`` (what ``error: ...`` prints, what a sweep records)."""
     text = str(err)
+    if isinstance(err, UserError) and isinstance(err, OSError) and err.strerror and len(err.args) == 2:
+        text = str(err.strerror)  # DiskFullError(errno, message): the message, without "[Errno 28] "
     # An error raised in a DataLoader worker comes back as "Caught X in DataLoader worker process N.
     # Original Traceback ...": the last line is the original message.
     if "Original Traceback" in text:

@@ -21,7 +21,7 @@ from PIL import Image
 from aggzoo.cli import demo
 from aggzoo.data.synthetic import SyntheticCityConfig, ensure_synthetic_city
 from aggzoo.data.vg import load_vg
-from aggzoo.errors import ConfigError, DatasetLayoutError
+from aggzoo.errors import ConfigError, DatasetLayoutError, ImageReadError
 from aggzoo.evaluation.place_search import (
     FRAME_COLOURS,
     PlaceSearch,
@@ -209,3 +209,28 @@ def test_a_browser_submits_a_query_and_sees_the_result_grid(app, search: PlaceSe
     assert found == colours
     if target := os.environ.get("AGGZOO_DEMO_SCREENSHOT"):  # regenerate docs/demo.png: see the README
         shutil.copy(shot, target)
+
+
+def test_an_unreadable_database_image_stops_the_demo_unless_skipped(split: Path, tmp_path: Path) -> None:
+    """Issue 25, point 9: one corrupt file (a macOS ``._`` file) in the database folder; ``prepare`` is what
+    ``aggzoo demo`` runs before it serves the page."""
+    database = tmp_path / "db"
+    database.mkdir()
+    originals = sorted((split / "database").iterdir())[:6]
+    for path in originals:
+        (database / path.name).symlink_to(path)
+    (database / "._photo.jpg").write_bytes(b"\x00\x05\x16\x07" + b"\x00" * 60)
+    options = demo.parse_options(["model=gem_efficientnet_lite0", f"database={database}", "image_size=64,96"])
+    with pytest.raises(ImageReadError, match=r"\._photo\.jpg.*start the demo without unreadable images with "
+                                             r"bad_images=skip"):
+        demo.prepare(options)
+    skipping = demo.prepare(demo.parse_options([*(f"{k}={v}" for k, v in (("model", options.model),
+                                                                           ("database", database),
+                                                                           ("image_size", "64,96"))),
+                                                "bad_images=skip"]))
+    assert [p.name for p in skipping.database.paths] == [p.name for p in originals]
+    # The ._ name carried no UTM and hid the others' positions; without it they are read from the names.
+    np.testing.assert_array_equal(skipping.database.positions, np.stack([_utm(p) for p in originals]))
+    assert skipping.descriptors.shape[0] == len(originals)
+    with pytest.raises(ConfigError, match="bad_images=maybe: expected one of fail, skip"):
+        demo.parse_options(["bad_images=maybe"])

@@ -60,3 +60,12 @@ def test_markdown(tmp_path):
     assert rows[0] == "| benchmark | queries | database | R@1 (%) | R@5 (%) | R@10 (%) | R@20 (%) |"
     assert rows[2] == "| msls_val | 740 | 18871 | 92.16 | 96.00 | 97.00 | 97.50 |"
     assert "3 of 740 queries have no positive" in text
+
+
+def test_query_labels_are_file_names_shortened_in_the_middle() -> None:
+    from aggzoo.evaluation.report import query_label
+
+    assert query_label("/data/q/frame_0007.jpg") == "frame_0007.jpg"
+    long = "@450000.00@7000600.00@33@W@@@q3@@@@@@@@.png"
+    label = query_label(f"/data/{long}")
+    assert len(label) == 28 and label.startswith(long[:12]) and label.endswith(long[-13:]) and "..." in label

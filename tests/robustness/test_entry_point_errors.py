@@ -72,6 +72,9 @@ BROKEN = {
     ("ckpt_path=last", "ckpt_path=last: no checkpoints/last.ckpt under"),
     ("ckpt_path=/nowhere/last.ckpt", "ckpt_path=/nowhere/last.ckpt: no such checkpoint file"),
     ("data.image_size=[1,1]", "data.image_size must be [height, width] in pixels, two integers of at least 8"),
+    # [0, 0] reached albumentations (its traceback, exit 1) before the preflight (issue 25, point 7)
+    ("data.image_size=[0,0]", "data.image_size must be [height, width] in pixels, two integers of at least 8"),
+    ("data.eval_image_size=[0,0]", "data.eval_image_size must be [height, width] in pixels, two integers of at least 8"),
     ("data.places_per_batch=1000", "data.places_per_batch=1000 exceeds the 24 training places with enough images"),
 ])
 def test_train_py_user_errors(override: str, expected: str, train_error_runs, request: pytest.FixtureRequest) -> None:
@@ -237,6 +240,13 @@ COMPOSITION = {
                                        "the keys of trainer are:", "max_epochs"],
     ("eval.py", "nosuch_key=1"): ["Could not override 'nosuch_key'", "the keys of the top level are:", "recall_ks"],
     ("eval.py", "image_size=[1"): ["cannot parse the override 'image_size=[1'"],
+    # paths Hydra reads only quoted (issue 25, point 18): the line says how to quote them
+    ("eval.py", "queries=/tmp/ünï"): ["cannot parse the override 'queries=/tmp/ünï'",
+                                      "quote the value for Hydra, and the whole override for the shell: "
+                                      "\"queries='/tmp/ünï'\""],
+    ("eval.py", "queries=/tmp/a=b"): ["\"queries='/tmp/a=b'\""],
+    ("eval.py", "photos/q"): ["cannot parse the override 'photos/q'", "must be quoted twice, for the shell and for "
+                              "Hydra: \"queries='/my photos/q'\""],
 }
 
 

@@ -144,3 +144,8 @@ def test_resume_with_ckpt_path_last_alone_uses_the_runs_config_and_ends_as_an_un
     # Same recalls, the baseline rows carried over from the run's start; the run's own overrides.
     assert ours["test"] == theirs["test"] and set(ours["test"]) == {"pooling_baseline", "untrained", "trained"}
     assert ours["status"] == "done" and ours["head"] == "gem" and "head=gem" in ours["overrides"]
+    # test_results.json of the resumed run holds the baseline rows too (issue 25, point 16), as the straight run's.
+    mine = json.loads((run / "test_results.json").read_text())["results"]
+    straight = json.loads((tmp_path / "straight" / "test_results.json").read_text())["results"]
+    assert [r["label"] for r in mine] == [r["label"] for r in straight] == ["pooling_baseline", "untrained", "trained"]
+    assert [r["recalls"] for r in mine] == [r["recalls"] for r in straight]

@@ -10,7 +10,9 @@ Options (``key=value``, as the Hydra entry points take them): ``model`` (a regis
 tag, a checkpoint file or a saved folder; see ``python -m aggzoo.cli.models``), ``database`` (a folder
 of images, or a VG split / dataset root), ``k`` (results shown first, 1..50), ``host`` (default
 127.0.0.1), ``port`` (default: the first free one from 7860), ``image_size`` (``H,W``; default the
-model's input size), ``examples`` (example queries offered, default 24), ``device`` (cpu, cuda).
+model's input size), ``examples`` (example queries offered, default 24), ``device`` (cpu, cuda),
+``bad_images`` (``fail``, default: an unreadable database image stops the demo, naming it; ``skip``:
+the demo starts without the unreadable ones and names them).
 
 The search itself is :mod:`aggzoo.evaluation.place_search` (plain functions, tested without a web
 framework); this module is only the Gradio page around it (``pip install 'aggzoo[demo]'``).
@@ -20,13 +22,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from aggzoo.cli.reporting import reported_user_errors
+from aggzoo.data.image_policy import BAD_IMAGE_CHOICES, ImagePolicy
 from aggzoo.data.synthetic import SyntheticCityConfig, synthetic_city_path
-from aggzoo.errors import ConfigError, MissingExtraError
+from aggzoo.errors import ConfigError, ImageReadError, MissingExtraError
 from aggzoo.evaluation.place_search import (
     PlaceSearch,
     framed_thumbnail,
@@ -36,6 +41,7 @@ from aggzoo.evaluation.place_search import (
     model_card,
     position_from_name,
 )
+from aggzoo.evaluation.unlabelled import readable_images
 from aggzoo.hub.cfg import split_name
 from aggzoo.hub.factory import create_model
 from aggzoo.hub.manifest import read_manifest
@@ -58,6 +64,7 @@ class DemoOptions:
     image_size: tuple[int, int] | None = None
     examples: int = 24
     device: str = "cpu"
+    bad_images: str = "fail"
 
 
 def _int(key: str, value: str, low: int, high: int) -> int:
@@ -85,6 +92,8 @@ def parse_options(argv: Sequence[str]) -> DemoOptions:
             values[key] = _int(key, value, 0, 200)
         elif key == "port":
             values[key] = _int(key, value, 1, 65535)
+        elif key == "bad_images" and value not in BAD_IMAGE_CHOICES:
+            raise ConfigError(f"bad_images={value}: expected one of {', '.join(BAD_IMAGE_CHOICES)}")
         elif key == "image_size":
             sides = value.strip("[]()").replace("x", ",").split(",")
             if len(sides) != 2:
@@ -109,7 +118,23 @@ def prepare(options: DemoOptions) -> PlaceSearch:
     model = create_model(options.model, pretrained=tag is not None)
     model.aggzoo_name = options.model
     database = load_place_database(options.database if options.database is not None else default_database())
-    return PlaceSearch(model, database, image_size=options.image_size, device=options.device)
+    if options.bad_images == "skip":  # every image decoded once first; the unreadable ones leave the database
+        policy = ImagePolicy("skip")
+        kept = readable_images(database.paths, policy)
+        if not kept:
+            raise ImageReadError(f"none of the {len(database.paths)} database images under {database.root} can be read")
+        if skipped := policy.skipped():
+            # positions again from the names kept: a skipped ._photo.jpg carries none, and no longer hides the others'
+            found = [position_from_name(path) for path in kept]
+            database = replace(database, paths=kept, positions=np.array(found, dtype=np.float64)
+                               if all(f is not None for f in found) else None)
+            listed = "; ".join(f"{path}: {reason}" for path, reason in list(skipped.items())[:5])
+            print(f"note: the demo searches without {len(skipped)} unreadable database images (bad_images=skip): {listed}")
+    try:
+        return PlaceSearch(model, database, image_size=options.image_size, device=options.device)
+    except ImageReadError as err:
+        raise ImageReadError(f"{err}. Fix or remove the file, or start the demo without unreadable images with "
+                             "bad_images=skip") from err
 
 
 def _gradio() -> Any:

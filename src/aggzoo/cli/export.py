@@ -1,6 +1,6 @@
 """Export a whole model (backbone + head) to ONNX, TorchScript or ``torch.export``, with a parity check.
 
-    python -m aggzoo.cli.export <name> --format onnx|torchscript|export [--pretrained] [--output PATH]
+    python -m aggzoo.cli.export <name> --format onnx|torchscript|export [--pretrained] [--output PATH] [--force]
         [--image-size H W] [--atol 1e-4]
 
 ``<name>`` is anything :func:`aggzoo.create_model` accepts (``netvlad_efficientnet_lite0.nordland_mini``,
@@ -145,6 +145,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.ex
     parser.add_argument("--format", choices=FORMATS, required=True)
     parser.add_argument("--pretrained", action="store_true", help="load the tag's weights first")
     parser.add_argument("--output", type=Path, help="output file (default: <name>.<format suffix>)")
+    parser.add_argument("--force", action="store_true", help="overwrite the output file if it exists")
     parser.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"),
                         help="input size (default: the weights' input_size, else 224 224)")
     parser.add_argument("--atol", type=float, default=1e-4, help="largest allowed descriptor difference")
@@ -180,11 +181,13 @@ def _check_request(name: str, fmt: str, pretrained: bool) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     _check_request(args.name, args.format, args.pretrained)
+    stem = args.name.split(":", 1)[-1].rstrip("/").replace("/", "_")
+    output = args.output or Path(Path(stem).name + _SUFFIX[args.format])
+    if output.exists() and not args.force:  # checked before the model is built: nothing is overwritten silently
+        raise ExportError(f"{output} exists; pass --force to overwrite it, or --output <another file>")
     model = create_model(args.name, pretrained=args.pretrained).eval()
     cfg = getattr(model, "pretrained_cfg", None)
     size = tuple(args.image_size) if args.image_size else (tuple(cfg.input_size[1:]) if cfg is not None else (224, 224))
-    stem = args.name.split(":", 1)[-1].rstrip("/").replace("/", "_")
-    output = args.output or Path(Path(stem).name + _SUFFIX[args.format])
     result = export_and_check(model, args.format, output, size, atol=args.atol)
     print(f"{result.path}: {result.format}, input [B, 3, {size[0]}, {size[1]}] -> [B, {model.out_dim}], "
           f"max |exported - eager| = {result.max_abs_diff:.3g} (<= {args.atol}), {result.seconds:.1f} s")

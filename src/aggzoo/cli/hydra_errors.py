@@ -21,7 +21,7 @@ from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from aggzoo.cli.reporting import exit_with_user_error
+from aggzoo.cli.reporting import disk_full_message, exit_with_user_error, is_disk_full
 
 __all__ = ["composition_message", "run_hydra_main"]
 
@@ -42,6 +42,11 @@ def run_hydra_main(main: Callable[[], Any], script: str) -> None:
     except (ConfigCompositionException, OverrideParseException) as err:
         # No run folder exists yet; Hydra's console handler (a multirun sets it up) would print it twice.
         exit_with_user_error(composition_message(err, script), to_log=False)
+    except OSError as err:
+        if not is_disk_full(err):
+            raise
+        # Hydra's own writes (.hydra/ of the run folder) before the job's code runs.
+        exit_with_user_error(disk_full_message(err), to_log=False)
 
 
 def composition_message(err: BaseException, script: str) -> str:
@@ -56,9 +61,23 @@ def composition_message(err: BaseException, script: str) -> str:
             where = parent._get_full_key(None) or "the top level"
             text += f"; the keys of {where} are: {', '.join(str(k) for k in parent.keys())}"
     if isinstance(err, OverrideParseException):
-        text = f"cannot parse the override {err.override!r}: {text}"
+        text = f"cannot parse the override {err.override!r}: {text}{_quoting_hint(err.override)}"
     command = f"python {script}" if script.endswith(".py") else script  # train.py or aggzoo-train
     return f"{text}. See {command} --help for the config groups and their options"
+
+
+#: characters of a plain path that Hydra's grammar reads only inside quotes
+_NEEDS_QUOTES = re.compile(r"[\s=,:\[\]{}()'\"\\]|[^\x00-\x7f]")
+
+
+def _quoting_hint(override: str) -> str:
+    """How to quote a value (a path with spaces, ``=`` or non-ASCII letters) that Hydra could not parse."""
+    key, equals, value = override.partition("=")
+    if not equals:  # the shell split an unquoted path at a space: this word is its tail
+        return ("; a value with spaces must be quoted twice, for the shell and for Hydra: \"queries='/my photos/q'\"")
+    if value and value[0] not in "'\"" and _NEEDS_QUOTES.search(value) and "'" not in value:
+        return f"; quote the value for Hydra, and the whole override for the shell: \"{key}='{value}'\""
+    return ""
 
 
 def _one_line(text: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -41,7 +42,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_parser(name, help=help_text, add_help=False)
     args = parser.parse_args(argv[:1])
     module, function, _ = COMMANDS[args.command]
-    return getattr(importlib.import_module(module), function)(argv[1:], prog=f"aggzoo {args.command}")
+    try:
+        status = getattr(importlib.import_module(module), function)(argv[1:], prog=f"aggzoo {args.command}")
+        sys.stdout.flush()  # here, not at exit: a reader that has gone (aggzoo models | head) is met below
+    except BrokenPipeError:
+        # The reader closed the pipe, as `head` does: what it did not read is not wanted. Later writes go
+        # to /dev/null, so the interpreter's own flush at exit has nothing to complain about.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return status
 
 
 if __name__ == "__main__":

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from aggzoo.cli.reporting import reported_user_errors
 from aggzoo.hub.cfg import PretrainedCfg, split_name
-from aggzoo.hub.factory import list_models, list_pretrained, model_entrypoint
+from aggzoo.hub.factory import create_model, is_model, list_models, list_pretrained, model_entrypoint
 from aggzoo.hub.registry import get_pretrained_cfg
+from aggzoo.run.model_by_name import model_to_evaluate
 
 __all__ = ["describe", "info_main", "main", "pretrained_table"]
 
@@ -31,15 +33,35 @@ def describe(name: str) -> str:
     """What ``name`` is: an ``<architecture>.<tag>``'s PretrainedCfg (paper, licence, code, D, the
     evaluation protocol -- input size, resize, normalisation --, weight source and sha256, recipe, the
     recorded results), or an architecture's summary and its tags."""
+    if not is_model(name) and (name.startswith(("local-dir:", "hf-hub:")) or "/" in name or Path(name).exists()):
+        return _describe_file(name)
     architecture, tag = split_name(name)
     summary = (model_entrypoint(architecture).__doc__ or architecture).strip().splitlines()[0]
     if tag is None:
         tags = list_pretrained(f"{architecture}.*")
         lines = [f"{architecture}: {summary}", f"  weights: {', '.join(tags) if tags else '(none registered)'}"]
         return "\n".join(lines + ([f"  aggzoo info {tags[0]} for one of them"] if tags else []))
-    cfg: PretrainedCfg = get_pretrained_cfg(name)
+    return _describe_cfg(get_pretrained_cfg(name), f"{architecture} ({summary})")
+
+
+def _describe_file(name: str) -> str:
+    """A checkpoint, run folder, ``save_pretrained`` folder (or ``local-dir:`` / ``hf-hub:``): the model it
+    builds (loaded by the one safe reader, as ``eval.py model=`` loads it) and the PretrainedCfg it records."""
+    resolved = model_to_evaluate(name, Path("logs") / "train", key="name")
+    model = create_model(resolved, pretrained=True)
+    architecture = getattr(model, "aggzoo_architecture", None) or type(model).__name__
+    backbone = getattr(getattr(model, "backbone", None), "model_name", None) or type(getattr(model, "backbone", model)).__name__
+    what = f"{architecture} ({type(getattr(model, 'head', model)).__name__} head on {backbone}; read from {resolved})"
+    cfg = getattr(model, "pretrained_cfg", None)
+    if cfg is None:
+        return "\n".join([name, f"  architecture  {what}", f"  descriptor D  {model.out_dim}",
+                          "  (no PretrainedCfg recorded: evaluated with eval.py's image_size and the pipeline's resize)"])
+    return _describe_cfg(cfg, what, title=name)
+
+
+def _describe_cfg(cfg: PretrainedCfg, architecture: str, *, title: str | None = None) -> str:
     rows = [
-        ("architecture", f"{architecture} ({summary})"),
+        ("architecture", architecture),
         ("paper", cfg.paper), ("code", cfg.code), ("licence", cfg.license),
         ("descriptor D", cfg.out_dim),
         ("protocol", f"input {cfg.input_size[1]} x {cfg.input_size[2]} (H x W), {cfg.interpolation} resize, "
@@ -50,7 +72,7 @@ def describe(name: str) -> str:
         ("recipe", cfg.recipe), ("notes", cfg.notes),
     ]
     width = max(len(label) for label, _ in rows)
-    lines = [cfg.name] + [f"  {label.ljust(width)}  {value}" for label, value in rows if value not in (None, "")]
+    lines = [title or cfg.name] + [f"  {label.ljust(width)}  {value}" for label, value in rows if value not in (None, "")]
     if cfg.metrics:
         lines += ["  results (percent, as published or measured by the recipe):"]
         lines += [f"    {key}: {value:g}" for key, value in cfg.metrics.items()]
@@ -72,7 +94,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m aggzoo.cli.mo
 def info_main(argv: Sequence[str] | None = None, prog: str = "aggzoo info") -> int:
     """``aggzoo info <name>``: print the PretrainedCfg of a name; the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=describe.__doc__.split("\n")[0])
-    parser.add_argument("name", help="<architecture>.<tag> (weights) or <architecture>; see `aggzoo models`")
+    parser.add_argument("name", help="<architecture>.<tag> (weights) or <architecture> (see `aggzoo models`), or a "
+                                     "checkpoint, run folder, save_pretrained folder, local-dir:<folder>")
     args = parser.parse_args(argv)
     with reported_user_errors():  # an unknown name: one line with the closest names
         print(describe(args.name))

@@ -18,7 +18,8 @@ from aggzoo.evaluation.result import RetrievalResult
 __all__ = [
     "format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries",
     "recall_curves_figure", "retrievals_figure", "figure_rgb", "grid_rows_caption",
-    "plot_predictions", "published_figures", "record_published",
+    "plot_predictions", "published_figures", "query_label", "record_published",
+    "write_json_document",
 ]
 
 
@@ -127,6 +128,11 @@ def write_json(results: Sequence[RetrievalResult], path: str | Path, meta: dict[
                labels: Sequence[str] | None = None) -> Path:
     """Write :func:`to_json` to ``path`` (parents created); returns the path."""
     return _write_text(path, json.dumps(to_json(results, meta, labels), indent=2, default=_jsonable) + "\n")
+
+
+def write_json_document(document: dict[str, Any], path: str | Path) -> Path:
+    """Write a :func:`to_json` document (perhaps with rows of an earlier run added) to ``path``."""
+    return _write_text(path, json.dumps(document, indent=2, default=_jsonable) + "\n")
 
 
 def write_markdown(results: Sequence[RetrievalResult], path: str | Path, title: str = "Retrieval results") -> Path:
@@ -360,6 +366,15 @@ def _grid_figure(rows: Sequence[Sequence[_Cell]], title: str, thumb_height: int)
     return figure
 
 
+def query_label(path: str | Path, width: int = 28) -> str:
+    """A query's file name as a picture's label, shortened in the middle to ``width`` characters."""
+    name = Path(path).name
+    if len(name) <= width:
+        return name
+    keep = (width - 3) // 2
+    return f"{name[:keep]}...{name[-(width - 3 - keep):]}"
+
+
 def plot_predictions(
     query_paths: Sequence[Path],
     database_paths: Sequence[Path],
@@ -386,7 +401,7 @@ def plot_predictions(
     k = min(k, predictions.shape[1])
     grid_rows = []
     for q in queries:
-        cells: list[_Cell] = [(Path(query_paths[q]), f"query {q}", "tab:blue", "solid")]
+        cells: list[_Cell] = [(Path(query_paths[q]), query_label(query_paths[q]), "tab:blue", "solid")]
         for rank, db in enumerate(predictions[q, :k]):
             caption = captions[q][rank] if captions is not None else ""
             cells.append((Path(database_paths[db]) if db >= 0 else None,

@@ -15,6 +15,13 @@ Coordinates are read from the names of the public datasets' layouts (REFERENCE.m
   longitude in degrees; the distance is great-circle on the sphere of :mod:`aggzoo.data.folder`.
 
 Distances are given only when every image of both folders carries the same kind of coordinates.
+
+A query folder inside the database folder (or the same folder for both) puts each query's own file in
+the database: it finds itself at score 1 and 0 m, and the summary would read as a perfect result.
+:func:`same_file_rows` finds those files (the same file on disk: same device and inode, so a symlink
+or a hard link counts too; a byte-identical copy does not). ``self_matches="report"`` (default)
+keeps them in the results and counts them in the summary; ``"exclude"`` searches each query without
+its own file.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +40,7 @@ import torch
 from torch import nn
 
 from aggzoo.data.folder import EARTH_RADIUS_M, lat_lon_to_ecef
+from aggzoo.data.image_policy import ImagePolicy, scan_images
 from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images
 from aggzoo.data.vg import utm_from_name
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
@@ -40,7 +49,11 @@ from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.report import plot_predictions
 from aggzoo.evaluation.search import search_with_scores
 
-__all__ = ["UNLABELLED_LAYOUT", "Predictions", "coordinates_from_names", "image_folder", "predict", "write_predictions"]
+__all__ = ["SELF_MATCH_CHOICES", "UNLABELLED_LAYOUT", "Predictions", "coordinates_from_names", "image_folder", "predict",
+           "readable_images", "same_file_rows", "write_predictions"]
+
+#: what to do with a query whose own file is in the database: keep and count it, or search without it
+SELF_MATCH_CHOICES = ("report", "exclude")
 
 UNLABELLED_LAYOUT = (f"database=<folder> and queries=<folder>, each holding image files ({', '.join(IMAGE_EXTENSIONS)}; "
                      "sub-folders are searched too), no ground truth needed")
@@ -62,6 +75,16 @@ def image_folder(folder: str | Path | None, role: str) -> tuple[Path, ...]:
         raise DatasetLayoutError(f"{role}={folder} holds no image files (found {found or 'nothing'}). "
                                  f"Expected {UNLABELLED_LAYOUT}")
     return images
+
+
+def readable_images(paths: Sequence[Path], policy: ImagePolicy, *, num_workers: int | None = None,
+                    progress: bool | None = None) -> tuple[Path, ...]:
+    """``paths`` without the files that cannot be decoded (each decoded once), each recorded in ``policy``
+    (``bad_images=skip``: a stray ``._photo.jpg`` of macOS, a truncated download)."""
+    problems = scan_images(paths, full=True, num_workers=num_workers, progress=progress)
+    for index, reason in sorted(problems.items()):
+        policy.record(paths[index], reason)
+    return tuple(p for i, p in enumerate(paths) if i not in problems)
 
 
 def _vg_utm(name: str) -> tuple[float, float] | None:
@@ -108,6 +131,31 @@ def _distances(kind: str, queries: np.ndarray, database: np.ndarray, indices: np
     return np.where(valid, metres, np.nan)
 
 
+def same_file_rows(query_paths: Sequence[Path], database_paths: Sequence[Path]) -> list[np.ndarray]:
+    """Per query, the database rows that are the query's own file (same device and inode), ``int64 [n_q]``."""
+    def identity(path: Path) -> tuple[int, int]:
+        info = os.stat(path)
+        return info.st_dev, info.st_ino
+
+    rows: dict[tuple[int, int], list[int]] = {}
+    for row, path in enumerate(database_paths):
+        rows.setdefault(identity(path), []).append(row)
+    return [np.asarray(rows.get(identity(path), ()), dtype=np.int64) for path in query_paths]
+
+
+def _without_rows(scores: np.ndarray, indices: np.ndarray, own: Sequence[np.ndarray], k: int,
+                  pad_score: float) -> tuple[np.ndarray, np.ndarray]:
+    """``[Q, k' >= k]`` results -> ``[Q, k]`` without each query's ``own`` rows (``-1`` pads)."""
+    out_scores = np.full((indices.shape[0], k), pad_score, dtype=scores.dtype)
+    out_indices = np.full((indices.shape[0], k), -1, dtype=indices.dtype)
+    for q, rows in enumerate(own):
+        keep = ~np.isin(indices[q], rows) & (indices[q] >= 0)
+        kept = np.flatnonzero(keep)[:k]
+        out_indices[q, :kept.size] = indices[q, kept]
+        out_scores[q, :kept.size] = scores[q, kept]
+    return out_scores, out_indices
+
+
 @dataclass
 class Predictions:
     """Top-``k`` database images per query.
@@ -118,6 +166,8 @@ class Predictions:
             ``metric == "l2"`` their squared L2 distances (smallest first).
         distances_m: ``[Q, k]`` metres between query and result from the file names, or None.
         coordinates: ``"utm"`` / ``"latlon"`` (what the names carry), or None.
+        own_rows: per query, the database rows that are its own file (:func:`same_file_rows`).
+        self_matches: ``"report"`` (own files kept in the results) or ``"exclude"`` (searched without).
     """
 
     query_paths: tuple[Path, ...]
@@ -128,13 +178,24 @@ class Predictions:
     coordinates: str | None = None
     descriptor_dim: int = 0
     metric: str = "ip"
+    own_rows: Sequence[np.ndarray] = ()
+    self_matches: str = "report"
+
+    def self_match_counts(self) -> dict[str, int]:
+        """How many queries are files of the database, found their own file in their top-k, and at top-1."""
+        own = list(self.own_rows) or [np.empty(0, dtype=np.int64)] * len(self.query_paths)
+        found = [np.isin(self.indices[q], rows) for q, rows in enumerate(own)]
+        return {"queries_in_database": sum(rows.size > 0 for rows in own),
+                "queries_that_found_their_own_file": sum(bool(f.any()) for f in found),
+                "queries_whose_top1_is_their_own_file": sum(bool(f[:1].any()) for f in found)}
 
     def summary(self, radius_m: float = 25.0) -> dict[str, Any]:
         """Counts and, with coordinates, the median top-1 distance and the share of queries whose
         top-1 lies within ``radius_m`` (what Recall@1 would be with names as ground truth)."""
         out: dict[str, Any] = {"num_queries": len(self.query_paths), "num_database": len(self.database_paths),
                                "k": int(self.indices.shape[1]), "descriptor_dim": self.descriptor_dim,
-                               "coordinates": self.coordinates, "metric": self.metric}
+                               "coordinates": self.coordinates, "metric": self.metric,
+                               "self_matches": self.self_matches, **self.self_match_counts()}
         if self.distances_m is not None:
             top1 = self.distances_m[:, 0]
             out["median_top1_distance_m"] = round(float(np.nanmedian(top1)), 2)
@@ -149,18 +210,29 @@ def predict(
     transform: Callable[[np.ndarray], torch.Tensor],
     options: EvaluationOptions = EvaluationOptions(),
     k: int = 10,
+    self_matches: str = "report",
 ) -> Predictions:
     """Extract both folders' descriptors and search: the top ``min(k, N_db)`` per query.
 
     ``options``: its ``extraction`` (batch size, workers, device, progress) and ``search`` (index, metric,
-    two-stage) parts are used.
+    two-stage) parts are used. ``self_matches``: ``"report"`` keeps a query's own file (one that is in the
+    database too) in its results, ``"exclude"`` searches without it.
     """
+    if self_matches not in SELF_MATCH_CHOICES:
+        raise ValueError(f"self_matches must be one of {SELF_MATCH_CHOICES}, got {self_matches!r}")
     database_paths, query_paths = tuple(map(Path, database_paths)), tuple(map(Path, query_paths))
+    own = same_file_rows(query_paths, database_paths)
     database = extract_descriptors(model, database_paths, transform, options.extraction, desc="database")
     queries = extract_descriptors(model, query_paths, transform, options.extraction, desc="queries")
-    scores, indices = search_with_scores(database, queries, min(k, len(database_paths)), options.search)
-    out = Predictions(query_paths, database_paths, indices, scores, descriptor_dim=int(queries.shape[1]),
-                      metric=options.search.metric)
+    width = min(k, len(database_paths))
+    metric = options.search.metric
+    # Excluding: search deep enough that k results remain after each query's own rows are dropped.
+    extra = max((rows.size for rows in own), default=0) if self_matches == "exclude" else 0
+    scores, indices = search_with_scores(database, queries, min(width + extra, len(database_paths)), options.search)
+    if self_matches == "exclude":
+        scores, indices = _without_rows(scores, indices, own, width, np.inf if metric == "l2" else -np.inf)
+    out = Predictions(query_paths, database_paths, indices, scores, descriptor_dim=int(queries.shape[1]), metric=metric,
+                      own_rows=own, self_matches=self_matches)
     db_coords, q_coords = coordinates_from_names(database_paths), coordinates_from_names(query_paths)
     if db_coords is not None and q_coords is not None and db_coords[0] == q_coords[0]:
         out.coordinates = db_coords[0]

@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from aggzoo.errors import ConfigError
 
-__all__ = ["BadImages", "CheckImages", "TrainSchema", "EvalSchema", "register_schemas",
+__all__ = ["BadImages", "CheckImages", "SelfMatches", "TrainSchema", "EvalSchema", "register_schemas",
            "validate_config", "value_problems"]
 
 SCHEMA_GROUP = "aggzoo_schema"
@@ -41,6 +41,14 @@ class BadImages(str, Enum):
 
     fail = "fail"
     skip = "skip"
+
+
+class SelfMatches(str, Enum):
+    """Without ground truth, a query whose own file is in the database: keep it and say so (``report``),
+    or search without it (``exclude``)."""
+
+    report = "report"
+    exclude = "exclude"
 
 
 class CheckImages(str, Enum):
@@ -99,6 +107,7 @@ class EvalSchema:
     database: str | None = None
     queries: str | None = None
     top_k: int = 10
+    self_matches: SelfMatches = SelfMatches.report
     image_size: list[int] = field(default_factory=lambda: [320, 320])
     recall_ks: list[int] = field(default_factory=lambda: [1, 5, 10, 20])
     eval_batch_size: int = 64

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,13 +29,13 @@ from torch import nn
 
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, drop_unreadable
 from aggzoo.data.retrieval_set import RetrievalSet
-from aggzoo.errors import ConfigError
+from aggzoo.errors import ConfigError, ImageReadError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks
 from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.protocol import EvalProtocol
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.result import RetrievalResult
-from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, write_predictions
+from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, readable_images, write_predictions
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.models.input_size import size_multiple
 from aggzoo.run.benchmark_config import load_benchmark, load_benchmarks
@@ -268,22 +269,51 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
 def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, options: EvaluationOptions,
                    meta: dict[str, Any]) -> Predictions:
     """Top-``top_k`` of every image of ``queries=`` among ``database=`` (no ground truth), written to
-    the run folder as ``predictions.csv`` / ``.json`` / ``.png``."""
+    the run folder as ``predictions.csv`` / ``.json`` / ``.png``. A query whose own file is in the database is
+    reported loudly (``self_matches=report``) or searched without it (``exclude``); ``bad_images=skip`` leaves
+    unreadable files of both folders out."""
     if "benchmark" in command_line_keys():
         raise ConfigError("benchmark= and database=/queries= are two evaluations: a benchmark has ground truth, the "
                           "folders have none (their top-k predictions are written); give one of them")
     database = image_folder(cfg.get("database"), "database")
     queries = image_folder(cfg.get("queries"), "queries")
+    progress = options.extraction.progress
+    skipped_note = ""
+    if _choice(cfg.get("bad_images", "fail")) == "skip":  # unreadable files leave both folders' lists
+        policy = ImagePolicy("skip", log_path=Path(cfg.paths.output_dir) / SKIPPED_LIST_NAME)
+        database = readable_images(database, policy, num_workers=cfg.num_workers, progress=progress)
+        queries = readable_images(queries, policy, num_workers=cfg.num_workers, progress=progress)
+        if not database or not queries:
+            raise ImageReadError(f"bad_images=skip: no readable image left in {'database' if not database else 'queries'}"
+                                 f"={cfg.database if not database else cfg.queries} (the unreadable ones are listed in "
+                                 f"{policy.log_path})")
+        if skipped := policy.finalize():
+            skipped_note = f"note: skipped {len(skipped)} unreadable images (bad_images=skip); listed in {policy.log_path}"
     device = options.extraction.torch_device
-    predictions = predict(model.to(device), database, queries, protocol.transform(), options, k=int(cfg.top_k))
+    predictions = predict(model.to(device), database, queries, protocol.transform(), options, k=int(cfg.top_k),
+                          self_matches=_choice(cfg.get("self_matches", "report")))
     outputs = options.outputs
+    # the picture shows the top_k asked for, unless its own width is given
+    grid_k = int(outputs.grid_k) if "evaluation.outputs.grid_k" in command_line_keys() else int(cfg.top_k)
     files = write_predictions(predictions, cfg.paths.output_dir,
                               meta={**meta, "database": str(cfg.database), "queries": str(cfg.queries)},
-                              picture=bool(outputs.pictures), grid_queries=int(outputs.grid_queries),
-                              grid_k=int(outputs.grid_k))
+                              picture=bool(outputs.pictures), grid_queries=int(outputs.grid_queries), grid_k=grid_k)
+    if skipped_note:
+        print(skipped_note)
     summary = predictions.summary()
+    found = summary["queries_that_found_their_own_file"]
+    if found:  # a query finding its own file says nothing about the model: never a plain success line
+        print(f"warning: {found} of {len(queries)} queries found their own image file among the database images "
+              f"({summary['queries_whose_top1_is_their_own_file']} of them at top-1): queries={cfg.queries} and "
+              f"database={cfg.database} share {summary['queries_in_database']} files. The figures below count those "
+              "self-matches; search each query without its own file with self_matches=exclude, or give a query "
+              "folder outside the database folder", file=sys.stderr)
     distance = (f"; top-1 median {summary['median_top1_distance_m']:.1f} m from the query (file-name coordinates), "
                 f"{100 * summary['top1_within_25m']:.1f} % within 25 m" if predictions.distances_m is not None else "")
+    if found:
+        distance += f" (counting {found} queries that found their own file: not a measure of the model)"
+    elif summary["queries_in_database"]:
+        distance += f" ({summary['queries_in_database']} queries searched without their own file: self_matches=exclude)"
     print(f"{len(queries)} queries x {len(database)} database images, top-{summary['k']} written to "
           f"{files['csv']} and {files['json']}{distance}")
     return predictions

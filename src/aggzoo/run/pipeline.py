@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning.pytorch as L
 import torch
@@ -29,7 +29,7 @@ from aggzoo.data.transforms import eval_transform, train_transform
 from aggzoo.errors import ConfigError, RunFolderError, UserError
 from aggzoo.evaluation.loop import evaluate_retrieval
 from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions
-from aggzoo.evaluation.report import format_table, write_json
+from aggzoo.evaluation.report import format_table, to_json, write_json_document
 from aggzoo.evaluation.result import RetrievalResult
 from aggzoo.hub.checkpoint import SPEC_KEY, read_checkpoint
 from aggzoo.hub.factory import create_model, is_model
@@ -228,7 +228,7 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
     started = time.perf_counter()
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), search_root=Path(cfg.paths.log_dir) / str(cfg.task_name),
                                   own_dir=launch_dir)
-    kept_test: dict[str, Any] = {}
+    kept = KeptRows({}, [])
     resumed_dir = run_dir_of(ckpt_path) if ckpt_path is not None else None
     if resumed_dir is not None:
         # Continue in the interrupted run's folder: its checkpoint callback state (best model) stays
@@ -240,7 +240,8 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
         with open_dict(cfg):
             cfg.paths.output_dir = str(resumed_dir)
         cfg = resume_config(cfg, resumed_dir)
-        kept_test = _baseline_rows_of(resumed_dir / "run_summary.json")
+        kept = KeptRows(_baseline_rows_of(resumed_dir / "run_summary.json"),
+                        _baseline_results_of(resumed_dir / "run_summary.json"))
     # The one safe reader, before anything is built: a file that needs code to load, or whose recorded
     # spec names anything but aggzoo's model classes, is refused here, long before Lightning opens it
     # (and before anything is written into its run's folder).
@@ -273,7 +274,7 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
 
     def summarise(status: str, rows: list[tuple[str, list[RetrievalResult]]], best: Path | None = None) -> None:
         _write_run_summary(out_dir / "run_summary.json", cfg, trainer, rows, best,
-                           time.perf_counter() - started, status=status, kept_test=kept_test)
+                           time.perf_counter() - started, status=status, kept=kept)
 
     # Written as soon as the baseline is measured (UntrainedBaseline runs first at train start).
     callbacks.append(_SummaryAtTrainStart(lambda: summarise(RUNNING, _baseline_rows(baseline))))
@@ -318,13 +319,23 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
         print(_comparison_table(table_rows, chosen_on_validation=chosen))
         if notes := result_notes(trained):
             print("\n".join(notes))
-        write_json([r for _, rs in table_rows for r in rs], out_dir / "test_results.json",
-                   labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
+        document = to_json([r for _, rs in table_rows for r in rs],
+                           labels=[label for label, rs in table_rows for _ in rs])  # as run_summary.json names them
+        document["results"] = [*kept.rows, *document["results"]]  # a resumed run's baseline rows, measured before
+        write_json_document(document, out_dir / "test_results.json")
     results["seconds"] = time.perf_counter() - started
     summarise(DONE, table_rows, best)
     print("\n".join(closing_for(cfg, trainer, out_dir)))  # where everything is, and the command to run next
     log.info("train job finished in %.1f s", results["seconds"])
     return results
+
+
+class KeptRows(NamedTuple):
+    """The baseline rows of an earlier ``run_summary.json`` of the same run, which a resumed run does not
+    measure again: ``test`` as the summary's ``test`` holds them, ``rows`` with every field (``test_results.json``)."""
+
+    test: dict[str, Any]
+    rows: list[dict[str, Any]]
 
 
 #: ``status`` of a ``run_summary.json``: written at train start (baseline rows only) / at the end
@@ -359,6 +370,16 @@ def _baseline_rows_of(summary: Path) -> dict[str, Any]:
     return {label: test[label] for label in _BASELINE_LABELS if isinstance(test, dict) and label in test}
 
 
+def _baseline_results_of(summary: Path) -> list[dict[str, Any]]:
+    """The baseline rows (every field) of a run's earlier ``run_summary.json``, as test_results.json holds them."""
+    try:
+        rows = json.loads(summary.read_text()).get("test_results", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [row for row in rows if isinstance(row, dict) and row.get("label") in _BASELINE_LABELS] \
+        if isinstance(rows, list) else []
+
+
 def _summarise_interrupted(summarise: Any, trainer: L.Trainer, baseline: UntrainedBaseline,
                            stopped: dict[str, Any]) -> None:
     if trainer.is_global_zero and "interrupted" in stopped:
@@ -368,9 +389,9 @@ def _summarise_interrupted(summarise: Any, trainer: L.Trainer, baseline: Untrain
 
 def _write_run_summary(path: Path, cfg: DictConfig, trainer: L.Trainer,
                        table_rows: list[tuple[str, list[RetrievalResult]]], best: Path | None, seconds: float, *,
-                       status: str = DONE, kept_test: Mapping[str, Any] | None = None) -> None:
+                       status: str = DONE, kept: KeptRows | None = None) -> None:
     """One JSON per run with what a sweep comparison needs (``aggzoo.run.collect_runs``): the trainer's model
-    and its step timer (:class:`~aggzoo.training.timing.StepTimer`), the test rows; ``kept_test``: rows of an
+    and its step timer (:class:`~aggzoo.training.timing.StepTimer`), the test rows, and ``kept``: the rows of an
     earlier summary of the same run that this process did not measure (a resume's baseline)."""
     model = trainer.lightning_module.model
     timer = next(c for c in trainer.callbacks if isinstance(c, StepTimer))
@@ -406,13 +427,16 @@ def _write_run_summary(path: Path, cfg: DictConfig, trainer: L.Trainer,
         "images_per_second": images_per_step / timing["seconds_per_step"] if timing["seconds_per_step"] else None,
         "epochs": trainer.current_epoch, "global_step": trainer.global_step,
         "val": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
-        "test": {**(kept_test or {}),
+        "test": {**(kept.test if kept else {}),
                  **{label: {r.name: {str(k): v for k, v in r.recalls.items()} for r in rs} for label, rs in table_rows}},
+        # the rows of test_results.json (every field), so that a resumed run writes its baseline rows there too
+        "test_results": [*(kept.rows if kept else []), *to_json([r for _, rs in table_rows for r in rs],
+                                                      labels=[label for label, rs in table_rows for _ in rs])["results"]],
         "best_checkpoint": str(best) if best else None,
         "wall_seconds": round(seconds, 1),
         "status": status,
     }
-    path.write_text(json.dumps(summary, indent=2))
+    path.write_text(json.dumps(summary, indent=2, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
 
 
 def _best_checkpoint(trainer: L.Trainer) -> Path | None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from aggzoo.data.image_policy import SKIPPED_LIST_NAME, ImagePolicy, scan_images
@@ -458,6 +458,11 @@ def check_config(cfg: DictConfig, kind: str) -> None:
     """Raise one :class:`~aggzoo.errors.ConfigError` naming a config key whose value has the wrong
     type or cannot work, or an accelerator this machine does not have."""
     validate_config(cfg, kind)
+    if kind == "train":  # before the training augmentation is built: albumentations fails on [0, 0] with its traceback
+        for key in ("data.image_size", "data.eval_image_size"):
+            size = OmegaConf.select(cfg, key, default=None)
+            if size is not None and (problem := image_size_problem(size, key)):
+                raise ConfigError(problem)
     accelerator = str(cfg.get("trainer", {}).get("accelerator", "auto")) if kind == "train" else "auto"
     available = {"gpu": torch.cuda.is_available, "cuda": torch.cuda.is_available,
                  "mps": lambda: torch.backends.mps.is_available()}

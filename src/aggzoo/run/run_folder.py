@@ -5,7 +5,8 @@ itself, before ``train.py`` / ``eval.py`` run any of aggzoo's code: a read-only 
 would end in Hydra's traceback of ``os.mkdir``. :class:`WritableRunFolder` (a Hydra callback,
 ``conf/hydra/default.yaml``) makes and probes the folder's parent first, and stops with one
 ``error:`` line naming the folder and the override that moves it (exit status 2, as every user
-error of the entry points).
+error of the entry points); so does a full file system (less than :data:`RUN_START_BYTES` free),
+where Hydra's own write of ``.hydra/`` would end in a raw ``OSError``.
 
 One live run per folder. Run folders are named to the microsecond (``conf/hydra/default.yaml``), so
 two launches in the same second get two folders; a folder given twice (``hydra.run.dir=...``, or two
@@ -14,6 +15,14 @@ resumes of one run) is held by :func:`hold_run_folder`: an OS file lock (``filel
 Hydra writes the folder's ``.hydra/``) and by the pipeline for the folder a resume continues in. The
 operating system releases it when its process ends however it ends (``kill -9`` too), so a lock
 file left by a dead run never blocks. A second run is refused with one ``error:`` line.
+
+A dead run's folder is not free either: a folder that holds a training run (its ``checkpoints/`` or
+``run_summary.json``), live or killed, is refused by :class:`RunFolderLock` to any command but the
+one that resumes that run (``ckpt_path`` naming one of its checkpoints, the folder, ``last`` or
+``auto``), before Hydra writes into it: a new run there would overwrite the run's saved config
+(``.hydra/``) and summary, and the killed run could no longer be resumed with its own config. The
+command that does resume it keeps the run's ``.hydra/`` as it is (Hydra is told not to write one),
+so the run's record stays the run's.
 
 :func:`discard_unused_run_folder` removes a folder that holds nothing but what Hydra writes into
 every run folder (``.hydra/``, the job's log) and the lock: what a job that failed before it began,
@@ -32,18 +41,22 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from aggzoo.errors import RunFolderError
+from aggzoo.errors import RunFolderError, UserError
+from aggzoo.training.checkpointing import resolve_ckpt_path, run_dir_of
 
 __all__ = ["LOCK_NAME", "RunFolderLock", "WritableRunFolder", "discard_unused_run_folder", "hold_run_folder",
-           "release_run_folder", "unwritable_folder_message"]
+           "no_room_message", "release_run_folder", "training_run_files", "unwritable_folder_message"]
 
 #: the lock file of a live run, in its folder
 LOCK_NAME = ".run.lock"
 #: what Hydra writes into every run folder before the job runs (plus the lock): a folder holding
 #: only these has no result of its own
 _HYDRA_ONLY = {".hydra", LOCK_NAME}
+
+#: what a training run leaves in its folder from its first checkpoint (or its baseline) on
+_TRAINING_RUN_FILES = ("checkpoints", "run_summary.json")
 
 #: folders this process holds -> (their lock, how many holders in this process). One lock object per
 #: folder: a second flock of the same file from this process would fail against the first.
@@ -65,6 +78,28 @@ def unwritable_folder_message(folder: Path) -> str | None:
         return f"cannot write the run folder {folder} ({where}{error.strerror or error})"
 
 
+#: the least free space a run starts with: Hydra's record of its config (.hydra/, some 10 KB), its log
+#: and its small results; a checkpoint or a descriptor store checks its own size when it is written
+RUN_START_BYTES = 1 << 20
+
+
+def _megabytes(num_bytes: int) -> str:
+    return f"{num_bytes / (1 << 20):.1f} MB"
+
+
+def no_room_message(folder: Path, needed: int = RUN_START_BYTES) -> str | None:
+    """Why the file system of ``folder`` (which exists) cannot hold a run's first files, or ``None``."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None  # not measurable here: writing will tell
+    if free >= needed:
+        return None
+    return (f"no space left for the run folder in {folder}: {_megabytes(free)} free on that file system, a run "
+            f"needs at least {_megabytes(needed)} to start (its config record, log and results; checkpoints "
+            "more). Free some space, or write the logs to a larger disk with paths.log_dir=<folder>")
+
+
 class WritableRunFolder(Callback):
     """Hydra callback: refuse to start a run (or a sweep) whose folder cannot be written."""
 
@@ -80,10 +115,15 @@ class WritableRunFolder(Callback):
         if folder is None:
             return
         # The parent: the run folder's own name holds the time, which Hydra resolves again later.
-        message = unwritable_folder_message(Path(str(folder)).parent)
+        parent = Path(str(folder)).parent
+        message = unwritable_folder_message(parent)
         if message is not None:
             print(f"error: {message}. Write the logs to a folder you can write with paths.log_dir=<folder>, or "
                   "make this one writable", file=sys.stderr)
+            raise SystemExit(_USER_ERROR_STATUS)
+        if (message := no_room_message(parent)) is not None:
+            # Hydra writes the run's .hydra/ next, before any of aggzoo's code could report a full disk.
+            print(f"error: {message}", file=sys.stderr)
             raise SystemExit(_USER_ERROR_STATUS)
 
 
@@ -122,6 +162,26 @@ def hold_run_folder(folder: str | os.PathLike) -> Path:
             "hydra.run.dir unset, or give another one)") from None
     _HELD[folder] = [lock, 1]
     return folder
+
+
+def training_run_files(folder: str | os.PathLike) -> list[str]:
+    """The files of a training run (live or dead) that ``folder`` holds: ``[]`` when it holds none."""
+    folder = Path(folder)
+    return [name for name in _TRAINING_RUN_FILES if (folder / name).exists()]
+
+
+def _resumes(config: DictConfig, folder: Path) -> bool:
+    """Whether the job of ``config`` (a train job) resumes the run in ``folder``: its ``ckpt_path``
+    resolves (as the train job resolves it) to a checkpoint of that folder."""
+    if str(OmegaConf.select(config, "task_name", default="")) != "train":
+        return False
+    try:
+        ckpt = resolve_ckpt_path(OmegaConf.select(config, "ckpt_path", default=None),
+                                 search_root=Path(str(config.paths.log_dir)) / "train", own_dir=folder)
+    except UserError:  # the job itself says what is wrong with ckpt_path
+        return False
+    found = run_dir_of(ckpt) if ckpt is not None else None
+    return found is not None and found.resolve() == folder.resolve()
 
 
 def release_run_folder(folder: str | os.PathLike) -> None:
@@ -181,9 +241,28 @@ class RunFolderLock(Callback):
             return
         try:
             self.folder = hold_run_folder(str(folder))
+            if key == "hydra.run.dir" and not _secondary_rank():
+                self._keep_a_dead_run(config, self.folder)
         except RunFolderError as error:
             print(f"error: {error}", file=sys.stderr)
             raise SystemExit(_USER_ERROR_STATUS) from None
+
+    def _keep_a_dead_run(self, config: DictConfig, folder: Path) -> None:
+        """Refuse a folder holding a training run to every job but the one resuming it; that one
+        keeps the run's own ``.hydra/`` (its record of the run's config and overrides)."""
+        found = training_run_files(folder)
+        if not found:
+            return
+        if _resumes(config, folder):
+            with read_write(config.hydra), open_dict(config.hydra):
+                config.hydra.output_subdir = None
+            return
+        self._release()
+        raise RunFolderError(
+            f"the run folder {folder} holds a training run ({', '.join(found)}) that this command does not resume; "
+            f"starting another job there would overwrite that run's saved config. Resume it with ckpt_path={folder} "
+            "(its own config is used), or start this job in a folder of its own (leave hydra.run.dir unset, or give "
+            "another one)")
 
     def _release(self) -> None:
         if self.folder is not None:

@@ -124,6 +124,28 @@ def _disk_full(target: Path, obj: Any, err: OSError) -> DiskFullError:
     )
 
 
+class _WriteErrors:
+    """A binary file's ``write`` / ``flush`` that keep the first ``OSError`` they raise (``error``)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.handle.flush()
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+
 def atomic_save(obj: Any, path: str | os.PathLike, *, save: Callable[[Any, Any], None] = torch.save) -> None:
     """``save(obj, file)`` to ``path`` atomically and durably (see the module docstring).
 
@@ -134,18 +156,23 @@ def atomic_save(obj: Any, path: str | os.PathLike, *, save: Callable[[Any, Any],
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(target)
     tmp = target.with_name(f".{target.name}.partial-{os.getpid()}-{secrets.token_hex(4)}")
+    writer: _WriteErrors | None = None
     try:
         # os.open with 0o666 lets the umask decide the mode, as for any other file the run writes.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as handle:
-            save(obj, handle)
+            writer = _WriteErrors(handle)
+            save(obj, writer)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.errno in _DISK_FULL:
-            raise _disk_full(target, obj, err) from err
+        # torch.save's zip writer swallows the OSError of a failed write and raises its own RuntimeError
+        # ("enforce fail at inline_container.cc ... unexpected pos"): the writer kept the OSError.
+        cause = err if isinstance(err, OSError) else writer.error if writer is not None else None
+        if isinstance(cause, OSError) and cause.errno in _DISK_FULL:
+            raise _disk_full(target, obj, cause) from err
         raise
     _fsync_dir(target.parent)
 
