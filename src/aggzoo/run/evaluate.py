@@ -40,7 +40,7 @@ from aggzoo.models.input_size import size_multiple
 from aggzoo.run.benchmark_config import load_benchmark, load_benchmarks
 from aggzoo.run.evaluation_options import evaluation_options, whitening_fit_source
 from aggzoo.run.model_by_name import command_line_keys, load_model_to_evaluate, model_spec, normalisation
-from aggzoo.run.preflight import build_model_checked, check_config, check_evaluation, result_notes
+from aggzoo.run.preflight import _choice, build_model_checked, check_config, check_evaluation, result_notes
 from aggzoo.training.sharded_extraction import ShardedExtractor
 
 __all__ = ["PROTOCOL_KEYS", "ImageChecks", "evaluate", "evaluation_protocol", "prepare_benchmarks", "preflight_size",
@@ -203,8 +203,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
         run_unlabelled(cfg, model, protocol, options, meta)
         return []
     sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
-    checks = ImageChecks(bad_images=str(cfg.get("bad_images", "fail")), check_images=str(cfg.get("check_images", "header")),
-                         num_workers=cfg.get("num_workers"), log_dir=Path(cfg.paths.output_dir))
+    checks = ImageChecks(bad_images=_choice(cfg.get("bad_images", "fail")),
+                         check_images=_choice(cfg.get("check_images", "header")), num_workers=cfg.get("num_workers"), log_dir=Path(cfg.paths.output_dir))
     policy = checks.policy()
     sets, skipped = prepare_benchmarks(model, sets, preflight_size(protocol, sets), options, checks, policy)
     extractor, shards = _sharded_extractor(cfg, options)
