@@ -204,7 +204,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
         return []
     sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
     checks = ImageChecks(bad_images=_choice(cfg.get("bad_images", "fail")),
-                         check_images=_choice(cfg.get("check_images", "header")), num_workers=cfg.get("num_workers"), log_dir=Path(cfg.paths.output_dir))
+                         check_images=_choice(cfg.get("check_images", "header")),
+                         num_workers=cfg.get("num_workers"), log_dir=Path(cfg.paths.output_dir))
     policy = checks.policy()
     sets, skipped = prepare_benchmarks(model, sets, preflight_size(protocol, sets), options, checks, policy)
     extractor, shards = _sharded_extractor(cfg, options)
