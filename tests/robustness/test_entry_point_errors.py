@@ -175,9 +175,8 @@ def eval_error_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
 
 
 def test_evaluation_options_are_checked_before_extraction() -> None:
-    from aggzoo.run.preflight import evaluation_option_problems
-
     from aggzoo.evaluation.options import EvaluationOptions, SearchOptions
+    from aggzoo.run.preflight import evaluation_option_problems
 
     def problems(**search: object) -> list[str]:
         return evaluation_option_problems(EvaluationOptions(search=SearchOptions(**search)), 112)
