@@ -66,9 +66,9 @@ def is_binary_index(index: Any) -> bool:
 
 
 def binary_refine_message(index: Any) -> str:
-    """What a binary first stage (``evaluation.index=BFlat``...) without ``evaluation.refine`` is told."""
-    return (f"evaluation.index={index} is a binary first stage: give the shortlist its Hamming search returns for "
-            "the float descriptors to re-score, evaluation.refine=100 (SelaVPR++'s protocol)")
+    """What a binary first stage (``evaluation.search.index=BFlat``...) without ``evaluation.search.refine`` is told."""
+    return (f"evaluation.search.index={index} is a binary first stage: give the shortlist its Hamming search returns "
+            "for the float descriptors to re-score, evaluation.search.refine=100 (SelaVPR++'s protocol)")
 
 
 def as_float32(x: np.ndarray) -> np.ndarray:
