@@ -259,7 +259,7 @@ def search_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, inde
                 built = build_index(stored, SearchOptions(index=spec, search_params=params, train_size=TRAIN_ROWS))
                 build_s = time.perf_counter() - start
                 predictions = search(stored, q, K, prebuilt=built)
-                seconds = median_seconds(functools.partial(search, stored, q, K, index=built), repeats, warmup=False)
+                seconds = median_seconds(functools.partial(search, stored, q, K, prebuilt=built), repeats, warmup=False)
                 ms = 1000 * seconds / n_queries
                 recalls = recall_at_k(predictions, positives, (1, K))
                 if name == "Flat":
@@ -337,7 +337,7 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                 flat = build_index(db, SearchOptions(index="Flat"))
                 flat_build = time.perf_counter() - start
                 exact = search(db, q, K, prebuilt=flat)
-                flat_s = median_seconds(functools.partial(search, db, q, K, index=flat), repeats, warmup=False)
+                flat_s = median_seconds(functools.partial(search, db, q, K, prebuilt=flat), repeats, warmup=False)
                 flat_ms = 1000 * flat_s / n_queries
                 flat_bytes = index_bytes(flat)
                 del flat
