@@ -10,7 +10,7 @@
 
 Extraction: a real model (``--backbone``, default the ImageNet EfficientNet-Lite0 at 224x224) on
 ``--images`` synthetic JPEGs (480x640, written to a temporary folder), through
-:func:`aggzoo.evaluation.retrieval.extract_descriptors` (read -> resize -> normalise -> forward; ``--workers``
+:func:`aggzoo.evaluation.extraction.extract_descriptors` (read -> resize -> normalise -> forward; ``--workers``
 counts its DataLoader workers, ``auto`` its default, :func:`aggzoo.data.workers.loader_workers`), images/s,
 median of ``--repeats`` rounds after a warm-up; the baseline, measured in the same rounds, is a true lower
 bound: the forward pass alone on the very batches the pipeline builds (same images, dtype, memory format
@@ -28,7 +28,7 @@ Search: synthetic L2-normalised descriptors that look like VPR data: places grou
 neighbourhoods (clusters of ~30), each query a noisy view of one database image (its positive, cosine
 ~0.48 at every D). For
 each database size ``N`` and dimension ``D``, every index type is built with
-:func:`aggzoo.evaluation.retrieval.build_index` and queried with :func:`search` (k = 10):
+:func:`aggzoo.evaluation.index.build_index` and queried with :func:`search` (k = 10):
 
 - ``Flat``: exact inner product (the default); ``SQfp16``: the same, database stored in float16;
 - ``HNSW32`` with efSearch 128;
@@ -73,7 +73,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from _timing import interleaved_seconds, median_seconds, round_ratios, write_random_jpegs
 
-from aggzoo.evaluation.retrieval import build_index, recall_at_k, search
+from aggzoo.evaluation.index import build_index
+from aggzoo.evaluation.metrics import recall_at_k
+from aggzoo.evaluation.options import SearchOptions
+from aggzoo.evaluation.search import search
 
 K = 10
 #: rows sampled to train IVF/PQ indexes (PQ's cost stops growing with N here)
@@ -99,7 +102,8 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
     from aggzoo.data.retrieval_set import ImageListDataset
     from aggzoo.data.transforms import eval_transform
     from aggzoo.data.workers import loader_workers
-    from aggzoo.evaluation.retrieval import PRECISIONS, extract_descriptors
+    from aggzoo.evaluation.extraction import extract_descriptors
+    from aggzoo.evaluation.options import PRECISIONS, ExtractionOptions
     from aggzoo.models.backbones.timm_backbone import TimmBackbone
     from aggzoo.models.heads.gem import GeM
     from aggzoo.models.modes import evaluating
@@ -131,8 +135,9 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
                     model.to(memory_format=torch.contiguous_format)
 
             pipelines = {n_workers: functools.partial(
-                extract_descriptors, model, paths, transform, batch_size=batch_size, num_workers=n_workers,
-                autocast_dtype=autocast, channels_last=channels_last, progress=False) for n_workers in workers}
+                extract_descriptors, model, paths, transform, ExtractionOptions(
+                    batch_size=batch_size, num_workers=n_workers, precision=variant if variant in PRECISIONS else "fp32",
+                    channels_last=channels_last, progress=False)) for n_workers in workers}
             # rounds of (forward, each pipeline): the ratio is the median of the per-round ratios, so that the
             # machine's drift between rounds cancels (timing all forwards first and then all pipelines did not)
             times = interleaved_seconds({"forward": forward_only, **pipelines}, repeats)
@@ -159,15 +164,16 @@ def extraction_table(backbone: str, image_size: int, num_images: int, batch_size
 def precision_table(model_name: str, precisions: Sequence[str], benchmark: str = "synthetic_test") -> str:
     """Recall of ``python eval.py ckpt_path=<model_name> evaluation.precision=<p>`` for each precision,
     run in this process through the real pipeline (Hydra composition, the benchmark loader, FAISS)."""
-    from aggzoo.run.pipeline import compose_run_config, evaluate
+    from aggzoo.run.evaluate import evaluate
+    from aggzoo.run.pipeline import compose_run_config
 
     root = Path(__file__).resolve().parents[1]
     rows = []
     for precision in precisions:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = compose_run_config(root / "conf", "eval", [
-                f"ckpt_path={model_name}", f"benchmark=[{benchmark}]", f"evaluation.precision={precision}",
-                "evaluation.pictures=false", "check_images=none"], tmp)
+                f"ckpt_path={model_name}", f"benchmark=[{benchmark}]", f"evaluation.extraction.precision={precision}",
+                "evaluation.outputs.pictures=false", "check_images=none"], tmp)
             start = time.perf_counter()
             (result,) = evaluate(cfg)
             rows.append((precision, result.recalls, result.extraction_seconds, time.perf_counter() - start))
@@ -250,10 +256,10 @@ def search_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, inde
                 spec, params = index_specs(n, d, hnsw_ef, nprobe)[name]
                 stored = db.astype(np.float16) if name == "SQfp16" else db
                 start = time.perf_counter()
-                built = build_index(stored, index=spec, search_params=params, train_size=TRAIN_ROWS)
+                built = build_index(stored, SearchOptions(index=spec, search_params=params, train_size=TRAIN_ROWS))
                 build_s = time.perf_counter() - start
-                predictions = search(stored, q, K, index=built)
-                seconds = median_seconds(functools.partial(search, stored, q, K, index=built), repeats, warmup=False)
+                predictions = search(stored, q, K, prebuilt=built)
+                seconds = median_seconds(functools.partial(search, stored, q, K, prebuilt=built), repeats, warmup=False)
                 ms = 1000 * seconds / n_queries
                 recalls = recall_at_k(predictions, positives, (1, K))
                 if name == "Flat":
@@ -328,10 +334,10 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                 mapped.flush()
                 del mapped
                 start = time.perf_counter()
-                flat = build_index(db, index="Flat")
+                flat = build_index(db, SearchOptions(index="Flat"))
                 flat_build = time.perf_counter() - start
-                exact = search(db, q, K, index=flat)
-                flat_s = median_seconds(functools.partial(search, db, q, K, index=flat), repeats, warmup=False)
+                exact = search(db, q, K, prebuilt=flat)
+                flat_s = median_seconds(functools.partial(search, db, q, K, prebuilt=flat), repeats, warmup=False)
                 flat_ms = 1000 * flat_s / n_queries
                 flat_bytes = index_bytes(flat)
                 del flat
@@ -351,8 +357,8 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                             continue  # FAISS's binary codes are L2-only: IndexRefineFlat would rank backwards
                         source = db if store == "ram" else stored
                         start = time.perf_counter()
-                        built = build_index(source, index=spec, train_size=train_rows, refine=refines[0],
-                                            refine_store=store)
+                        built = build_index(source, SearchOptions(index=spec, train_size=train_rows, refine=refines[0],
+                                                                  refine_store=store))
                         build_s = time.perf_counter() - start
                         is_ivf = spec.startswith("IVF")
                         # one build, searched at each nprobe and shortlist size
@@ -360,8 +366,8 @@ def two_stage_table(sizes: Sequence[int], dims: Sequence[int], n_queries: int, c
                             built.shortlist = refine
                             if is_ivf:
                                 faiss.ParameterSpace().set_index_parameters(built.first, f"nprobe={nprobe}")
-                            predictions = search(source, q, K, index=built)
-                            seconds = median_seconds(functools.partial(search, source, q, K, index=built), repeats,
+                            predictions = search(source, q, K, prebuilt=built)
+                            seconds = median_seconds(functools.partial(search, source, q, K, prebuilt=built), repeats,
                                                      warmup=False)
                             ms = 1000 * seconds / n_queries
                             recalls = recall_at_k(predictions, positives, (1, K))

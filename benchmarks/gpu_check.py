@@ -3,7 +3,7 @@
     python benchmarks/gpu_check.py                      # all three, a few minutes on one GPU
     python benchmarks/gpu_check.py --only faiss,extraction --images 512 --repeats 5
 
-(a) ``faiss``: the FAISS GPU index against the CPU one, through :func:`aggzoo.evaluation.retrieval.build_index`
+(a) ``faiss``: the FAISS GPU index against the CPU one, through :func:`aggzoo.evaluation.index.build_index`
     (``use_gpu=True`` / ``False``), for ``Flat`` and ``IVF<nlist>,Flat`` (the GPU IVF is copied from the same
     trained CPU index, so both scan the same lists): the fraction of queries whose top-k ids are the same, and
     the largest score difference. A row that differs is explained only by near-ties (scores within 1e-4).
@@ -57,7 +57,8 @@ def _gpu_reason() -> str | None:
 
 
 def check_faiss(n: int, d: int, n_queries: int, k: int, nlist: int, nprobe: int) -> tuple[bool | None, str]:
-    from aggzoo.evaluation.retrieval import build_index, faiss_available
+    from aggzoo.evaluation.index import build_index, faiss_available
+    from aggzoo.evaluation.options import SearchOptions
 
     if not faiss_available():
         return None, "skipped: faiss is not installed"
@@ -73,9 +74,9 @@ def check_faiss(n: int, d: int, n_queries: int, k: int, nlist: int, nprobe: int)
     q /= np.linalg.norm(q, axis=1, keepdims=True)
     lines, ok = [], True
     for spec, params in (("Flat", None), (f"IVF{nlist},Flat", f"nprobe={nprobe}")):
-        cpu = build_index(db, index=spec, search_params=params, use_gpu=False)
+        cpu = build_index(db, SearchOptions(index=spec, search_params=params, use_gpu=False))
         if spec == "Flat":  # aggzoo's own GPU path (it keeps the GpuResources alive with the index)
-            gpu_index = build_index(db, index=spec, use_gpu=True)
+            gpu_index = build_index(db, SearchOptions(index=spec, use_gpu=True))
         else:  # the same trained lists on both: the CPU index copied to the GPU
             res = faiss.StandardGpuResources()
             gpu_index = faiss.index_cpu_to_gpu(res, 0, cpu)
@@ -108,7 +109,8 @@ def check_extraction(backbone: str, image_size: int, num_images: int, batch_size
 
     from aggzoo.data.retrieval_set import ImageListDataset
     from aggzoo.data.transforms import eval_transform
-    from aggzoo.evaluation.retrieval import extract_descriptors
+    from aggzoo.evaluation.extraction import extract_descriptors
+    from aggzoo.evaluation.options import ExtractionOptions
     from aggzoo.models.backbones.timm_backbone import TimmBackbone
     from aggzoo.models.heads.gem import GeM
     from aggzoo.models.modes import evaluating
@@ -134,8 +136,8 @@ def check_extraction(backbone: str, image_size: int, num_images: int, batch_size
                 torch.cuda.synchronize()
 
             def pipeline() -> np.ndarray:
-                return extract_descriptors(model, paths, transform, batch_size=batch_size, num_workers=workers,
-                                           device=device, autocast_dtype=dtype, progress=False)
+                return extract_descriptors(model, paths, transform, ExtractionOptions(
+                    batch_size=batch_size, num_workers=workers, device=str(device), precision=name, progress=False))
 
             times = interleaved_seconds({"forward": forward_only, "pipeline": pipeline}, repeats)
             forward = num_images / statistics.median(times["forward"])

@@ -48,8 +48,11 @@ from shared_paths import NORDLAND_MINI
 from aggzoo import create_model
 from aggzoo.data.transforms import eval_transform
 from aggzoo.data.vg import load_vg
+from aggzoo.evaluation.extraction import extract_descriptors
 from aggzoo.evaluation.late_interaction import InstanceTokenRerank, instance_tokens, patch_tokens
-from aggzoo.evaluation.retrieval import extract_descriptors, recall_at_k, search
+from aggzoo.evaluation.metrics import recall_at_k
+from aggzoo.evaluation.options import ExtractionOptions
+from aggzoo.evaluation.search import search
 
 KS = (1, 5, 10)
 
@@ -101,8 +104,8 @@ def main() -> None:
 
     start = time.perf_counter()
     both = _DescriptorAndTokens(model)
-    db_all = extract_descriptors(both, rs.database_paths, transform, batch_size=args.batch_size)
-    q_all = extract_descriptors(both, query_paths, transform, batch_size=args.batch_size)
+    db_all = extract_descriptors(both, rs.database_paths, transform, ExtractionOptions(batch_size=args.batch_size))
+    q_all = extract_descriptors(both, query_paths, transform, ExtractionOptions(batch_size=args.batch_size))
     seconds = time.perf_counter() - start
     dim, channels = model.out_dim, model.backbone.out_channels
     db, q = np.ascontiguousarray(db_all[:, :dim]), np.ascontiguousarray(q_all[:, :dim])

@@ -10,7 +10,8 @@ import pytest
 from hydra_helpers import compose_run_config
 
 import aggzoo
-from aggzoo.run.pipeline import evaluate, train
+from aggzoo.run.evaluate import evaluate
+from aggzoo.run.pipeline import train
 
 TINY = ["synthetic=tiny", "backbone=test_resnet", "data.places_per_batch=6", "data.image_size=[48,64]",
         "data.eval_image_size=[48,64]", "callbacks.head_data_init.num_images=24",

@@ -12,7 +12,8 @@ from image_files import write_noise_images
 
 from aggzoo.data import workers
 from aggzoo.data.workers import AUTO_MIN_IMAGES, MAX_AUTO_WORKERS, loader_workers
-from aggzoo.evaluation.retrieval import extract_descriptors
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.options import ExtractionOptions
 
 
 def test_explicit_count_is_used_as_given(monkeypatch):
@@ -51,11 +52,11 @@ def test_extraction_reads_large_sets_in_workers_with_the_same_descriptors(tmp_pa
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
     pids = tmp_path / "pids"
     pids.mkdir()
-    default = extract_descriptors(model, paths, _PidRecordingTransform(pids), batch_size=64)
+    default = extract_descriptors(model, paths, _PidRecordingTransform(pids), ExtractionOptions(batch_size=64))
     readers = {int(p.name) for p in pids.iterdir()}
     assert readers and os.getpid() not in readers  # read by the one worker process, not the main one
     for p in pids.iterdir():
         p.unlink()
-    main_only = extract_descriptors(model, paths, _PidRecordingTransform(pids), batch_size=64, num_workers=0)
+    main_only = extract_descriptors(model, paths, _PidRecordingTransform(pids), ExtractionOptions(batch_size=64, num_workers=0))
     assert {int(p.name) for p in pids.iterdir()} == {os.getpid()}
     np.testing.assert_array_equal(default, main_only)  # same rows in the same order

@@ -11,7 +11,7 @@ from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 from aggzoo.errors import DatasetLayoutError
-from aggzoo.evaluation.benchmarks import load_benchmark
+from aggzoo.run.benchmark_config import load_benchmark
 
 BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "conf" / "benchmark"
 FILES = sorted(BENCHMARK_DIR.glob("*.yaml"))

@@ -22,6 +22,8 @@ from aggzoo.cli import demo
 from aggzoo.data.synthetic import SyntheticCityConfig, ensure_synthetic_city
 from aggzoo.data.vg import load_vg
 from aggzoo.errors import ConfigError, DatasetLayoutError, ImageReadError
+from aggzoo.evaluation.loop import evaluate_retrieval
+from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.place_search import (
     FRAME_COLOURS,
     PlaceSearch,
@@ -31,7 +33,6 @@ from aggzoo.evaluation.place_search import (
     matches_markdown,
     model_card,
 )
-from aggzoo.evaluation.retrieval import evaluate_retrieval
 from aggzoo.hub.factory import create_model, get_pretrained_cfg
 
 try:
@@ -92,7 +93,7 @@ def test_correct_frames_are_the_vg_loaders_ground_truth_and_recall_matches_the_e
         matches = search.query(path, k=len(database.paths))
         assert sorted(m.index for m in matches if m.correct) == benchmark.positives[q].tolist()
         hits.append(matches[0].correct)
-    result = evaluate_retrieval(search.model, benchmark, search.transform, ks=(1,))
+    result = evaluate_retrieval(search.model, benchmark, search.transform, EvaluationOptions(ks=(1,)))
     assert np.mean(hits) == pytest.approx(result.recalls[1])
 
 

@@ -1,4 +1,4 @@
-"""``eval.py model=<name>`` through the real eval config and ``run.pipeline.evaluate``: every kind of name
+"""``eval.py model=<name>`` through the real eval config and ``run.evaluate.evaluate``: every kind of name
 ``create_model`` takes, the protocol the weights' PretrainedCfg states (and its overrides), the published
 figures beside ours, and the settings a named model would silently ignore.
 
@@ -22,18 +22,19 @@ import aggzoo
 from aggzoo.cli.reporting import reported_user_errors
 from aggzoo.data.transforms import eval_transform
 from aggzoo.errors import CheckpointNotFoundError, ConfigError, UnknownModelError
-from aggzoo.evaluation.benchmarks import load_benchmark
+from aggzoo.evaluation.loop import evaluate_retrieval
+from aggzoo.evaluation.options import EvaluationOptions, SearchOptions
 from aggzoo.evaluation.protocol import protocol_transform
-from aggzoo.evaluation.retrieval import evaluate_retrieval
 from aggzoo.hub.builder import build_model
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.hub.checkpoint import SPEC_KEY
 from aggzoo.models.input_size import size_multiple
-from aggzoo.run.eval_by_name import evaluation_protocol, load_model_to_evaluate
-from aggzoo.run.pipeline import evaluate, model_spec
+from aggzoo.run.benchmark_config import load_benchmark
+from aggzoo.run.evaluate import evaluate, evaluation_protocol
+from aggzoo.run.model_by_name import load_model_to_evaluate, model_spec
 
 #: the tiny synthetic city, no pictures (the grid is tested in test_unlabelled / test_report)
-BASE = ["synthetic=tiny", "evaluation.pictures=false"]
+BASE = ["synthetic=tiny", "evaluation.outputs.pictures=false"]
 #: the protocol the tiny model's cfg states: not the config's image_size, bilinear, its own mean/std
 CFG = PretrainedCfg(architecture="gem_test_resnet", tag="mine", input_size=(3, 34, 40), interpolation="bilinear",
                     mean=(0.4, 0.45, 0.5), std=(0.2, 0.25, 0.3), out_dim=None,
@@ -87,7 +88,8 @@ def _direct(model: torch.nn.Module, transform, metric: str = "ip") -> object:
     """evaluate_retrieval with the transform given, on the same benchmark: the independent side."""
     cfg = compose_run_config("eval", BASE, Path("unused"))
     retrieval_set = load_benchmark(cfg.benchmark.synthetic_test)
-    return evaluate_retrieval(model, retrieval_set, transform, ks=(1, 5, 10, 20), metric=metric)
+    return evaluate_retrieval(model, retrieval_set, transform,
+                              EvaluationOptions(ks=(1, 5, 10, 20), search=SearchOptions(metric=metric)))
 
 
 @pytest.mark.usefixtures("offline")
@@ -137,7 +139,7 @@ def test_registered_tag_loads_its_weights_and_its_protocol(tmp_path: Path) -> No
     cfg = aggzoo.list_pretrained(name, with_cfg=True)[0]
     model = aggzoo.create_model(name, pretrained=True)
     expected = _direct(model, eval_transform((32, 64), mean=cfg.mean, std=cfg.std))
-    results, written = _evaluate([f"model={name}", "evaluation.image_size=[32,64]"], tmp_path)
+    results, written = _evaluate([f"model={name}", "evaluation.protocol.image_size=[32,64]"], tmp_path)
     np.testing.assert_array_equal(results[0].predictions, expected.predictions)
     meta = written["meta"]
     assert (meta["model"], meta["tag"], meta["weights"]) == (name, "synthetic", f"weights/{cfg.file}")
@@ -171,8 +173,8 @@ def test_protocol_overrides_short_side_and_command_line_image_size(names: dict, 
     model = names["model"]
     short = protocol_transform(short_side=32, multiple=size_multiple(model), mean=CFG.mean, std=CFG.std, interpolation="bicubic")
     expected = _direct(model, short)
-    results, written = _evaluate([f"model={names['saved']}", "evaluation.image_size=32",
-                                  "evaluation.interpolation=bicubic"], tmp_path / "short")
+    results, written = _evaluate([f"model={names['saved']}", "evaluation.protocol.image_size=32",
+                                  "evaluation.protocol.interpolation=bicubic"], tmp_path / "short")
     np.testing.assert_array_equal(results[0].predictions, expected.predictions)
     assert written["meta"]["protocol"]["short_side"] and written["meta"]["protocol"]["image_size"] == 32
     # image_size= on the command line sets a named model's size too (it is not silently ignored)
@@ -180,10 +182,11 @@ def test_protocol_overrides_short_side_and_command_line_image_size(names: dict, 
     protocol = evaluation_protocol(model, cfg, CFG, {"mean": (0, 0, 0), "std": (1, 1, 1)})
     assert protocol.image_size == (40, 60) and protocol.mean == CFG.mean and protocol.overridden == ("image_size",)
     with pytest.raises(ConfigError, match="short side.*protocol_resize=true"):
-        _evaluate([f"model={names['saved']}", "evaluation.image_size=32", "evaluation.protocol_resize=false"],
+        _evaluate([f"model={names['saved']}", "evaluation.protocol.image_size=32",
+                   "evaluation.protocol.resize=false"],
                   tmp_path / "bad")
-    with pytest.raises(ConfigError, match="evaluation.descriptor_dim"):
-        _evaluate([f"model={names['saved']}", "evaluation.descriptor_dim=12"], tmp_path / "dim")
+    with pytest.raises(ConfigError, match="evaluation.protocol.descriptor_dim"):
+        _evaluate([f"model={names['saved']}", "evaluation.protocol.descriptor_dim=12"], tmp_path / "dim")
 
 
 @pytest.mark.usefixtures("offline")

@@ -14,7 +14,14 @@ from image_files import write_noise_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError, UserError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks
-from aggzoo.evaluation.retrieval import PRECISIONS, autocast_dtype_of, extract_descriptors
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.options import (
+    PRECISIONS,
+    EvaluationOptions,
+    ExtractionOptions,
+    OutputOptions,
+    autocast_dtype_of,
+)
 
 
 class _TinyConvNet(torch.nn.Module):
@@ -40,16 +47,18 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def test_channels_last_gives_the_same_descriptors_and_leaves_the_model_contiguous(images: list[Path]) -> None:
     model = _TinyConvNet()
-    plain = extract_descriptors(model, images, _to_tensor, batch_size=8)
-    fast = extract_descriptors(model, images, _to_tensor, batch_size=8, channels_last=True)
+    plain = extract_descriptors(model, images, _to_tensor, ExtractionOptions(batch_size=8))
+    fast = extract_descriptors(model, images, _to_tensor, ExtractionOptions(batch_size=8, channels_last=True))
     np.testing.assert_allclose(fast, plain, atol=1e-6)
     assert model.conv.weight.is_contiguous()
 
 
 def test_bf16_autocast_runs_the_model_in_bf16_and_stays_close_to_fp32(images: list[Path]) -> None:
     model = _TinyConvNet()
-    fp32 = extract_descriptors(model, images, _to_tensor, batch_size=8)
-    bf16 = extract_descriptors(model, images, _to_tensor, batch_size=8, autocast_dtype=autocast_dtype_of("bf16"))
+    fp32 = extract_descriptors(model, images, _to_tensor, ExtractionOptions(batch_size=8))
+    bf16_options = ExtractionOptions(batch_size=8, precision="bf16")
+    assert bf16_options.autocast_dtype is autocast_dtype_of("bf16") is torch.bfloat16
+    bf16 = extract_descriptors(model, images, _to_tensor, bf16_options)
     assert bf16.dtype == np.float32 and not np.array_equal(bf16, fp32)  # the conv really ran in bf16 ...
     cosine = (bf16 * fp32).sum(axis=1)  # both unit rows
     assert cosine.min() > 0.999  # ... within bf16's 8-bit mantissa of fp32
@@ -60,10 +69,11 @@ def test_evaluation_precision_reaches_the_results_and_a_bad_value_is_a_user_erro
         images: list[Path], tmp_path: Path) -> None:
     rs = RetrievalSet("tiny", tuple(images[:16]), tuple(images[16:]),
                       tuple(np.array([i], np.int64) for i in range(8)))
-    evaluate_benchmarks(_TinyConvNet(), [rs], _to_tensor, ks=(1,), pictures=False, output_dir=tmp_path,
-                        precision="bf16")
+    options = EvaluationOptions(ks=(1,), extraction=ExtractionOptions(precision="bf16"),
+                                outputs=OutputOptions(dir=tmp_path, pictures=False))
+    evaluate_benchmarks(_TinyConvNet(), [rs], _to_tensor, options)
     settings = json.loads((tmp_path / "results.json").read_text())["meta"]["settings"]
     assert settings["precision"] == "bf16"
-    with pytest.raises(ConfigError, match=r"evaluation.precision='fp64'.*fp32, bf16, fp16") as error:
-        evaluate_benchmarks(_TinyConvNet(), [rs], _to_tensor, ks=(1,), pictures=False, precision="fp64")
+    with pytest.raises(ConfigError, match=r"evaluation.extraction.precision='fp64'.*fp32, bf16, fp16") as error:
+        ExtractionOptions(precision="fp64")  # refused when the options are made, before any image is read
     assert isinstance(error.value, UserError)

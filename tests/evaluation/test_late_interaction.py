@@ -16,7 +16,7 @@ from PIL import Image
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
-from aggzoo.evaluation.benchmarks import _as_rerank, evaluate_benchmarks
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks
 from aggzoo.evaluation.late_interaction import (
     InstanceTokenRerank,
     assign_to_seeds,
@@ -25,7 +25,15 @@ from aggzoo.evaluation.late_interaction import (
     late_interaction_scores,
     patch_tokens,
 )
-from aggzoo.evaluation.retrieval import search
+from aggzoo.evaluation.options import (
+    EvaluationOptions,
+    ExtractionOptions,
+    OutputOptions,
+    RerankOptions,
+    SearchOptions,
+)
+from aggzoo.evaluation.search import search
+from aggzoo.evaluation.test_time import build_reranker
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.gem import GeM
 from aggzoo.models.vpr_model import VPRModel
@@ -155,8 +163,10 @@ def test_evaluate_benchmarks_reranks_with_float16_token_files(tmp_path: Path) ->
     torch.manual_seed(0)
     model = VPRModel(TimmBackbone("test_resnet"), GeM).eval()
     store = tmp_path / "store"
-    (result,) = evaluate_benchmarks(model, [rs], _to_tensor, ks=(1, 3), pictures=False, store_dir=store,
-                                    rerank="instance_tokens", rerank_k=4, tokens=2, batch_size=3)
+    options = EvaluationOptions(ks=(1, 3), extraction=ExtractionOptions(batch_size=3),
+                                search=SearchOptions(store_dir=store), outputs=OutputOptions(pictures=False),
+                                rerank=RerankOptions(method="instance_tokens", k=4, tokens=2))
+    (result,) = evaluate_benchmarks(model, [rs], _to_tensor, options)
     db_tokens = np.load(store / "noise_database_tokens.npy", mmap_mode="r")
     q_tokens = np.load(store / "noise_queries_tokens.npy", mmap_mode="r")
     # Independent recomputation: the backbone's last map on each image, instance tokens, float16.
@@ -179,13 +189,13 @@ def test_evaluate_benchmarks_reranks_with_float16_token_files(tmp_path: Path) ->
 
 def test_the_eval_config_names_the_options_and_bad_values_are_refused() -> None:
     config = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "eval.yaml")
-    assert {"rerank", "rerank_k", "tokens"} <= set(config.evaluation)
-    assert _as_rerank("instance_tokens", 50, 8) == InstanceTokenRerank(top_m=50, tokens=8)
-    assert _as_rerank("instance_tokens", None, 16).top_m == 100
-    with pytest.raises(ConfigError, match="evaluation.rerank=colbert is not a re-ranker"):
-        _as_rerank("colbert")
+    assert {"method", "k", "tokens"} <= set(config.evaluation.rerank)
+    assert build_reranker(RerankOptions("instance_tokens", k=50, tokens=8)) == InstanceTokenRerank(top_m=50, tokens=8)
+    assert build_reranker(RerankOptions("instance_tokens", k=None, tokens=16)).top_m == 100
+    with pytest.raises(ConfigError, match="evaluation.rerank.method=colbert is not a re-ranker"):
+        build_reranker(RerankOptions("colbert"))
     with pytest.raises(ConfigError, match="evaluation.rerank_k=0"):
-        _as_rerank("instance_tokens", 0, 16)
+        build_reranker(RerankOptions("instance_tokens", k=0, tokens=16))
 
 
 def test_token_extraction_leaves_the_model_in_its_mode(tmp_path: Path) -> None:
@@ -193,6 +203,7 @@ def test_token_extraction_leaves_the_model_in_its_mode(tmp_path: Path) -> None:
 
     rs = _noise_set(tmp_path, n=2)
     model = VPRModel(TimmBackbone("test_resnet"), GeM).eval()
-    tokens = extract_instance_tokens(model, rs.database_paths, _to_tensor, tokens=2, out_path=tmp_path / "t.npy")
+    tokens = extract_instance_tokens(model, rs.database_paths, _to_tensor, ExtractionOptions(), tokens=2,
+                                     out_path=tmp_path / "t.npy")
     assert not model.training and not any(m.training for m in model.modules())
     assert np.load(tmp_path / "t.npy", mmap_mode="r").shape == tokens.shape == (2, 2, model.backbone.out_channels)

@@ -12,10 +12,12 @@ import torch
 from omegaconf import OmegaConf
 
 from aggzoo.data.transforms import eval_transform
-from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions, OutputOptions
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.heads.avgpool import AvgPool
 from aggzoo.models.vpr_model import VPRModel
+from aggzoo.run.benchmark_config import load_benchmark
 
 CONFIG = Path(__file__).resolve().parents[2] / "conf" / "benchmark" / "nordland_mini.yaml"
 
@@ -29,8 +31,9 @@ def test_nordland_mini_vg_end_to_end(nordland_mini, tmp_path):
 
     torch.manual_seed(0)
     model = VPRModel(TimmBackbone("test_resnet"), AvgPool)
-    (result,) = evaluate_benchmarks(model, {"nordland_mini": rs}, eval_transform((32, 64)), output_dir=tmp_path,
-                                    batch_size=128, save_descriptors=True)
+    options = EvaluationOptions(extraction=ExtractionOptions(batch_size=128),
+                                outputs=OutputOptions(dir=tmp_path, save_descriptors=True))
+    (result,) = evaluate_benchmarks(model, {"nordland_mini": rs}, eval_transform((32, 64)), options)
     assert result.num_queries == 1292 and result.name == "nordland_mini"
     saved = np.load(tmp_path / "descriptors_nordland_mini.npz")
     db, q = saved["database"], saved["queries"]

@@ -12,10 +12,12 @@ from PIL import Image
 from torch import nn
 
 from aggzoo.data.vg import load_vg
-from aggzoo.evaluation.benchmarks import evaluate_benchmarks, load_benchmark
+from aggzoo.evaluation.benchmarks import evaluate_benchmarks
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions, OutputOptions, RerankOptions
 from aggzoo.evaluation.report import grid_rows_caption, pick_queries, plot_recall_curves, plot_retrievals
-from aggzoo.evaluation.retrieval import result_from_predictions
+from aggzoo.evaluation.result import result_from_predictions
 from aggzoo.evaluation.submission import read_msls_submission, write_msls_submission
+from aggzoo.run.benchmark_config import load_benchmark
 
 
 class MeanColour(nn.Module):
@@ -56,9 +58,11 @@ def vg_colours(tmp_path: Path) -> Path:
 def test_evaluate_benchmarks_writes_the_report(vg_colours, tmp_path):
     node = {"_target_": "aggzoo.data.vg.load_vg", "root": str(vg_colours), "split": "test", "name": "colours"}
     out = tmp_path / "report"
-    results = evaluate_benchmarks(MeanColour(), {"colours": node}, to_tensor, output_dir=out, ks=(1, 5),
-                                  batch_size=4, save_predictions=True, write_submissions=True, meta={"ckpt": "none"},
-                                  rerank={"top_m": 10, "k": 2})
+    options = EvaluationOptions(ks=(1, 5), extraction=ExtractionOptions(batch_size=4),
+                                rerank=RerankOptions(method={"top_m": 10, "k": 2}),
+                                outputs=OutputOptions(dir=out, save_predictions=True, write_submissions=True))
+    results = evaluate_benchmarks(MeanColour(), {"colours": load_benchmark(node)}, to_tensor, options,
+                                  meta={"ckpt": "none"})
     (result,) = results
     assert result.num_queries == 10 and result.num_database == 24 and result.predictions.shape == (10, 10)
     data = json.loads((out / "results.json").read_text())
@@ -134,8 +138,9 @@ def test_vpr_bench_folder_end_to_end_matches_brute_force(tmp_path):
     np.save(root / "ground_truth_new.npy", rows, allow_pickle=True)
 
     node = {"_target_": "aggzoo.data.vpr_bench.load_vpr_bench", "root": str(root)}
-    (result,) = evaluate_benchmarks(MeanColour(), {"gp": node}, to_tensor, output_dir=tmp_path / "out", ks=(1, 5, 10),
-                                    save_descriptors=True, pictures=False)
+    options = EvaluationOptions(ks=(1, 5, 10),
+                                outputs=OutputOptions(dir=tmp_path / "out", save_descriptors=True, pictures=False))
+    (result,) = evaluate_benchmarks(MeanColour(), {"gp": load_benchmark(node)}, to_tensor, options)
     saved = np.load(tmp_path / "out" / "descriptors_gp.npz")
     order = np.argsort(-(saved["queries"].astype(np.float64) @ saved["database"].astype(np.float64).T), axis=1,
                        kind="stable")

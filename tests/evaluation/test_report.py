@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from aggzoo.evaluation.report import format_table, write_json, write_markdown
-from aggzoo.evaluation.retrieval import RetrievalResult
+from aggzoo.evaluation.result import RetrievalResult
 
 
 def make_result(name: str, recalls: dict[int, float], without: int = 0) -> RetrievalResult:

@@ -11,13 +11,12 @@ from PIL import Image
 from torch import nn
 
 from aggzoo.data.retrieval_set import RetrievalSet
-from aggzoo.evaluation import retrieval
-from aggzoo.evaluation.retrieval import (
-    evaluate_retrieval,
-    extract_descriptors,
-    recall_at_k,
-    search,
-)
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.index import faiss_available
+from aggzoo.evaluation.loop import evaluate_retrieval
+from aggzoo.evaluation.metrics import recall_at_k
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions, SearchOptions
+from aggzoo.evaluation.search import search
 
 
 def brute_force_recalls(db: np.ndarray, q: np.ndarray, positives, ks) -> dict[int, float]:
@@ -46,8 +45,8 @@ def random_positives(rng, n_q, n_db, empty_every=5):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_recall_matches_brute_force_with_ties(backend, seed, monkeypatch):
     if backend == "torch":
-        monkeypatch.setattr(retrieval, "faiss", None)
-    elif not retrieval.faiss_available():
+        monkeypatch.setattr("aggzoo.evaluation.search.faiss", None)  # the torch fallback
+    elif not faiss_available():
         pytest.skip("faiss not installed")
     rng = np.random.default_rng(seed)
     db, q = integer_descriptors(rng, 300, 6), integer_descriptors(rng, 120, 6)
@@ -70,7 +69,7 @@ def test_float_descriptors_and_float16_storage():
     ks = (1, 5, 10)
     exact = search(db, q, 10)
     assert recall_at_k(exact, positives, ks) == brute_force_recalls(db, q, positives, ks)
-    half = search(db.astype(np.float16), q, 10, index="SQfp16")
+    half = search(db.astype(np.float16), q, 10, SearchOptions(index="SQfp16"))
     # float16 rounding (relative 5e-4) may swap near-equal neighbours, nothing more.
     assert (half[:, 0] == exact[:, 0]).mean() > 0.95
 
@@ -132,7 +131,7 @@ def test_extraction_streams_in_order_and_restores_mode(tmp_path):
     colours = rng.integers(0, 256, size=(11, 3))
     paths = write_images(tmp_path, colours)
     model = MeanColour().train()
-    out = extract_descriptors(model, paths, to_tensor, batch_size=4, dtype=np.float16)
+    out = extract_descriptors(model, paths, to_tensor, ExtractionOptions(batch_size=4, descriptor_dtype="float16"))
     assert out.shape == (11, 3) and out.dtype == np.float16
     assert model.batch_sizes == [4, 4, 3]           # batches, never the whole set
     assert model.modes == [False] * 3 and model.grad_enabled == [False] * 3
@@ -151,7 +150,8 @@ def test_evaluate_retrieval_end_to_end(tmp_path):
     positives = tuple(np.array([i], np.int64) for i in range(11)) + (np.empty(0, np.int64),)
     rs = RetrievalSet("colours", tuple(db), tuple(q), positives)
     model = MeanColour()
-    result = evaluate_retrieval(model, rs, to_tensor, ks=(1, 5, 50), batch_size=8)
+    result = evaluate_retrieval(model, rs, to_tensor,
+                                EvaluationOptions(ks=(1, 5, 50), extraction=ExtractionOptions(batch_size=8)))
     assert result.num_queries == 12 and result.num_database == 30 and result.queries_without_positive == 1
     assert result.predictions.shape == (12, 30)       # k clipped to the database size
     d_db = extract_descriptors(model, db, to_tensor)

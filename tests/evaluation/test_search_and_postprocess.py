@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aggzoo.evaluation import retrieval
+from aggzoo.evaluation.index import build_index, faiss_available
+from aggzoo.evaluation.metrics import recall_at_k
+from aggzoo.evaluation.options import SearchOptions
 from aggzoo.evaluation.postprocess import PCAWhitening, SuperGlobalRerank
-from aggzoo.evaluation.retrieval import recall_at_k, search
+from aggzoo.evaluation.search import search
 
-pytestmark = pytest.mark.skipif(not retrieval.faiss_available(), reason="faiss not installed")
+pytestmark = pytest.mark.skipif(not faiss_available(), reason="faiss not installed")
 
 
 def clustered_set(seed: int = 0, n: int = 3000, d: int = 32, n_q: int = 300):
@@ -36,7 +38,7 @@ APPROXIMATE = [
 def test_approximate_index_within_stated_recall(index, params, tolerance):
     db, q, positives = clustered_set()
     exact = recall_at_k(search(db, q, 10), positives, (1, 5, 10))
-    approx = recall_at_k(search(db, q, 10, index=index, search_params=params), positives, (1, 5, 10))
+    approx = recall_at_k(search(db, q, 10, SearchOptions(index=index, search_params=params)), positives, (1, 5, 10))
     assert exact[1] > 0.9  # the data is not trivial to get wrong: exact search nearly solves it
     for k in (1, 5, 10):
         assert approx[k] >= exact[k] - tolerance, (index, k, approx, exact)
@@ -44,7 +46,7 @@ def test_approximate_index_within_stated_recall(index, params, tolerance):
 
 def test_float16_index_is_exact_up_to_rounding():
     db, q, positives = clustered_set(seed=1)
-    half = recall_at_k(search(db.astype(np.float16), q, 10, index="SQfp16"), positives, (1, 5, 10))
+    half = recall_at_k(search(db.astype(np.float16), q, 10, SearchOptions(index="SQfp16")), positives, (1, 5, 10))
     assert half == pytest.approx(recall_at_k(search(db, q, 10), positives, (1, 5, 10)), abs=0.01)
 
 
@@ -141,7 +143,7 @@ def test_superglobal_rerank_with_fewer_candidates_than_m():
 
 def test_prebuilt_index_gives_the_same_ranking():
     db, q, _ = clustered_set(seed=5, n=500, d=16, n_q=40)
-    built = retrieval.build_index(db)
-    np.testing.assert_array_equal(search(db, q, 7, index=built), search(db, q, 7))
+    built = build_index(db)
+    np.testing.assert_array_equal(search(db, q, 7, prebuilt=built), search(db, q, 7))
     with pytest.raises(ValueError, match="prebuilt index holds 500"):
-        search(db[:100], q, 7, index=built)
+        search(db[:100], q, 7, prebuilt=built)

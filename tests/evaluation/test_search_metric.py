@@ -20,17 +20,19 @@ from PIL import Image
 
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
-from aggzoo.evaluation import retrieval
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks
-from aggzoo.evaluation.postprocess import WHITENING_KINDS, PCAWhitening, SuperGlobalRerank
-from aggzoo.evaluation.protocol import EvalProtocol
-from aggzoo.evaluation.retrieval import (
+from aggzoo.evaluation.index import build_index
+from aggzoo.evaluation.options import (
     REFINE_STORES,
-    build_index,
-    rerank_metric_check,
-    search,
-    search_with_scores,
+    EvaluationOptions,
+    OutputOptions,
+    PostprocessOptions,
+    RerankOptions,
+    SearchOptions,
 )
+from aggzoo.evaluation.postprocess import WHITENING_KINDS, PCAWhitening, SuperGlobalRerank, rerank_metric_check
+from aggzoo.evaluation.protocol import EvalProtocol
+from aggzoo.evaluation.search import search, search_with_scores
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.run.preflight import evaluation_option_problems
 
@@ -53,8 +55,8 @@ def test_the_two_metrics_disagree_where_they_must() -> None:
     # q = e1; database rows e1 and 3 e1: inner product prefers the long one (3 > 1), L2 the equal one (0 < 4)
     db = np.array([[1.0, 0.0], [3.0, 0.0]], np.float32)
     q = np.array([[1.0, 0.0]], np.float32)
-    assert search(db, q, 1)[0, 0] == 1 and search(db, q, 1, metric="ip")[0, 0] == 1
-    scores, ids = search_with_scores(db, q, 2, metric="l2")
+    assert search(db, q, 1)[0, 0] == 1 and search(db, q, 1, SearchOptions(metric="ip"))[0, 0] == 1
+    scores, ids = search_with_scores(db, q, 2, SearchOptions(metric="l2"))
     assert ids.tolist() == [[0, 1]] and scores.tolist() == [[0.0, 4.0]]  # squared distances, ascending
 
 
@@ -62,9 +64,9 @@ def test_the_two_metrics_disagree_where_they_must() -> None:
 def test_l2_search_is_the_brute_force_l2_ranking(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     db, queries = _data()
     if backend == "torch":
-        monkeypatch.setattr(retrieval, "faiss", None)
+        monkeypatch.setattr("aggzoo.evaluation.search.faiss", None)  # the torch fallback
     expected_ids, expected_dist = _brute_force_l2(db, queries, 10)
-    scores, ids = search_with_scores(db, queries, 10, metric="l2")
+    scores, ids = search_with_scores(db, queries, 10, SearchOptions(metric="l2"))
     np.testing.assert_array_equal(ids, expected_ids)
     np.testing.assert_allclose(scores, expected_dist, rtol=1e-4, atol=1e-3)
     ip = search(db, queries, 10)
@@ -76,10 +78,10 @@ def test_l2_search_is_the_brute_force_l2_ranking(backend: str, monkeypatch: pyte
 def test_l2_ties_are_ordered_by_index() -> None:
     db, queries = _data(n=20, q=3)
     db = np.concatenate([db, db])  # row i and i + 20 tie exactly
-    ids = search(db, queries, 40, metric="l2")
+    ids = search(db, queries, 40, SearchOptions(metric="l2"))
     expected, _ = _brute_force_l2(db, queries, 40)
     np.testing.assert_array_equal(ids, expected)
-    ids_k1 = search(db, queries, 1, metric="l2")  # the tie straddles k: the lower index wins
+    ids_k1 = search(db, queries, 1, SearchOptions(metric="l2"))  # the tie straddles k: the lower index wins
     np.testing.assert_array_equal(ids_k1[:, 0], expected[:, 0])
 
 
@@ -91,7 +93,8 @@ def test_two_stage_l2_search_rescores_by_l2(store: str, tmp_path: Path) -> None:
     stored = np.load(path, mmap_mode="r") if store == "disk" else db
     expected_ids, expected_dist = _brute_force_l2(db, queries, 5)
     # The shortlist holds every row: whatever PQ ranks, the exact second stage must give the L2 top-k.
-    scores, ids = search_with_scores(stored, queries, 5, index="PQ2x4", refine=len(db), refine_store=store, metric="l2")
+    scores, ids = search_with_scores(stored, queries, 5, SearchOptions(index="PQ2x4", refine=len(db), refine_store=store,
+                                                                    metric="l2"))
     np.testing.assert_array_equal(ids, expected_ids)
     np.testing.assert_allclose(scores, expected_dist, rtol=1e-4, atol=1e-3)
 
@@ -100,27 +103,31 @@ def test_approximate_and_l2_only_types_build_for_l2_and_a_prebuilt_index_must_ma
     db, queries = _data()
     expected, _ = _brute_force_l2(db, queries, 5)
     # exhaustive search through an HNSW graph of 64 rows with a wide beam: the exact L2 top-5
-    np.testing.assert_array_equal(search(db, queries, 5, index="HNSW8", search_params="efSearch=64", metric="l2"),
+    np.testing.assert_array_equal(search(db, queries, 5, SearchOptions(index="HNSW8", search_params="efSearch=64",
+                                                                 metric="l2")),
                                   expected)
-    search(db, queries, 5, index="LSHrt", metric="l2")  # built for L2 only: fine for an L2 search
+    search(db, queries, 5, SearchOptions(index="LSHrt", metric="l2"))  # built for L2 only: fine for an L2 search
     with pytest.raises(ValueError, match="L2 metric only"):
-        search(db, queries, 5, index="LSHrt")  # ... refused for inner product, as before
+        search(db, queries, 5, SearchOptions(index="LSHrt"))  # ... refused for inner product, as before
     flat_ip = build_index(db)
     with pytest.raises(ValueError, match="ranks by ip.*metric='l2'"):
-        search(db, queries, 5, index=flat_ip, metric="l2")
-    np.testing.assert_array_equal(search(db, queries, 5, index=build_index(db, metric="l2"), metric="l2"), expected)
+        search(db, queries, 5, SearchOptions(metric="l2"), prebuilt=flat_ip)
+    np.testing.assert_array_equal(search(db, queries, 5, SearchOptions(metric="l2"),
+                                         prebuilt=build_index(db, SearchOptions(metric="l2"))), expected)
 
 
 def test_bad_metrics_and_superglobal_after_l2_are_config_errors() -> None:
     db, queries = _data(n=8, q=2)
-    with pytest.raises(ConfigError, match="evaluation.metric='cosine'"):
-        search(db, queries, 2, metric="cosine")
+    with pytest.raises(ConfigError, match="evaluation.search.metric='cosine'"):
+        search(db, queries, 2, SearchOptions(metric="cosine"))
     with pytest.raises(ConfigError, match="superglobal.*metric=l2"):
         rerank_metric_check(SuperGlobalRerank(), "l2")
     rerank_metric_check(SuperGlobalRerank(), "ip")
-    problems = evaluation_option_problems({"metric": "l2", "rerank": True, "index": "LSHrt"}, 8)
+    options = EvaluationOptions(search=SearchOptions(metric="l2", index="LSHrt"), rerank=RerankOptions(method=True))
+    problems = evaluation_option_problems(options, 8)
     assert len(problems) == 1 and "superglobal" in problems[0]  # LSHrt is fine for L2
-    assert "cosine" in evaluation_option_problems({"metric": "cosine"}, 8)[0]
+    with pytest.raises(ConfigError, match="cosine"):  # refused when the options are made
+        EvaluationOptions(search=SearchOptions(metric="cosine"))
 
 
 def test_the_protocol_carries_the_metric_of_the_weights() -> None:
@@ -130,7 +137,7 @@ def test_the_protocol_carries_the_metric_of_the_weights() -> None:
     assert protocol.overridden_by({"metric": "ip"}).metric == "ip"
     assert PretrainedCfg.from_json(cfg.to_dict()).eval_metric == "l2"  # a save_pretrained folder keeps it
     assert EvalProtocol.from_pretrained_cfg(PretrainedCfg()).metric == "ip"  # the default
-    with pytest.raises(ConfigError, match="evaluation.metric"):
+    with pytest.raises(ConfigError, match="evaluation.search.metric"):
         protocol.overridden_by({"metric": "cos"})
 
 
@@ -153,7 +160,7 @@ def test_project_pca_is_the_plain_projection_and_l2_search_ranks_as_upstream(tmp
     np.testing.assert_allclose(ours_q, ref_q * signs, atol=1e-4)
     assert np.abs(np.linalg.norm(ours_db, axis=1) - 1).min() > 1e-2  # no L2 after the projection
     expected, _ = _brute_force_l2(ref_db, ref_q, 5)  # upstream: faiss.IndexFlatL2 on the projections
-    np.testing.assert_array_equal(search(ours_db, ours_q, 5, metric="l2"), expected)
+    np.testing.assert_array_equal(search(ours_db, ours_q, 5, SearchOptions(metric="l2")), expected)
     assert (search(ours_db, ours_q, 5)[:, 0] != expected[:, 0]).any()  # inner product ranks them otherwise
     loaded = PCAWhitening.load(pca.save(tmp_path / "pca.npz"))
     assert loaded.l2 is False
@@ -185,12 +192,15 @@ def test_evaluate_benchmarks_searches_and_fits_the_pca_the_protocol_states(tmp_p
             Image.new("RGB", (4, 4), tuple(int(v) for v in c)).save(tmp_path / name / f"{i:03d}.png")
             paths[name].append(tmp_path / name / f"{i:03d}.png")
     rs = RetrievalSet("colours", tuple(paths["db"]), tuple(paths["q"]), tuple(np.array([2 * i]) for i in range(12)))
-    ip = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, ks=(1,), pictures=False)[0]
-    l2 = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, ks=(1,), pictures=False, metric="l2",
-                             output_dir=tmp_path / "out", whitening_fit=paths["db"], whitening_dim=2,
-                             whitening_kind="project")[0]
+    no_pictures = OutputOptions(pictures=False)
+    ip = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, EvaluationOptions(ks=(1,), outputs=no_pictures))[0]
+    l2_options = EvaluationOptions(
+        ks=(1,), search=SearchOptions(metric="l2"), outputs=OutputOptions(dir=tmp_path / "out", pictures=False),
+        postprocess=PostprocessOptions(whitening_fit=paths["db"], whitening_dim=2, whitening_kind="project"))
+    l2 = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, l2_options)[0]
     assert ip.recalls[1] == 0.0 and l2.recalls[1] == 1.0
     settings = json.loads((tmp_path / "out" / "results.json").read_text())["meta"]["settings"]
     assert (settings["metric"], settings["whitening_dim"], settings["whitening_l2"]) == ("l2", 2, False)
     with pytest.raises(ConfigError, match="whitening_kind='sklearn'"):
-        evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, whitening_fit=paths["db"], whitening_kind="sklearn")
+        sklearn = PostprocessOptions(whitening_fit=paths["db"], whitening_kind="sklearn")
+        evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, EvaluationOptions(postprocess=sklearn))

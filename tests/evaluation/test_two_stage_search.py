@@ -4,7 +4,7 @@ on disk. Small synthetic data, real FAISS."""
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,16 +15,21 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from aggzoo.data.retrieval_set import RetrievalSet
+from aggzoo.evaluation import options as options_module
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks
-from aggzoo.evaluation.retrieval import (
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.index import TwoStageIndex, build_index
+from aggzoo.evaluation.options import (
     REFINE_STORES,
-    TwoStageIndex,
-    build_index,
-    extract_descriptors,
-    search,
-    search_with_scores,
+    EvaluationOptions,
+    ExtractionOptions,
+    OutputOptions,
+    PostprocessOptions,
+    RerankOptions,
+    SearchOptions,
 )
-from aggzoo.run.eval_by_name import PROTOCOL_KEYS
+from aggzoo.evaluation.search import search, search_with_scores
+from aggzoo.run.evaluate import PROTOCOL_KEYS
 
 faiss = pytest.importorskip("faiss")
 
@@ -58,22 +63,22 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("store", ["ram", "disk"])
 def test_refined_ivfpq_returns_the_exact_top_k_of_its_shortlist(data: tuple, store: str) -> None:
     db, q = data
-    index = build_index(db, index=INDEX, search_params=PARAMS, refine=M, refine_store=store)
+    index = build_index(db, SearchOptions(index=INDEX, search_params=PARAMS, refine=M, refine_store=store))
     assert isinstance(index, TwoStageIndex) and index.store == store and index.ntotal == N
     shortlists = index.shortlists(q, K)
     assert shortlists.shape == (Q, M)
-    ids = search(db, q, K, index=index)
+    ids = search(db, q, K, prebuilt=index)
     np.testing.assert_array_equal(ids, _exact_top_k_of(shortlists, db, q, K))
     # ... and the shortlist is the first stage alone: the same IVF-PQ index without refinement.
-    plain = search(db, q, M, index=INDEX, search_params=PARAMS)
+    plain = search(db, q, M, SearchOptions(index=INDEX, search_params=PARAMS))
     np.testing.assert_array_equal(np.sort(shortlists, axis=1), np.sort(plain, axis=1))
 
 
 def test_refinement_recovers_what_pq_alone_loses(data: tuple) -> None:
     db, q = data
     exact = search(db, q, 1)
-    pq_only = search(db, q, 1, index=INDEX, search_params="nprobe=16")
-    refined = search(db, q, 1, index=INDEX, search_params="nprobe=16", refine=M)
+    pq_only = search(db, q, 1, SearchOptions(index=INDEX, search_params="nprobe=16"))
+    refined = search(db, q, 1, SearchOptions(index=INDEX, search_params="nprobe=16", refine=M))
     assert np.mean(refined == exact) > np.mean(pq_only == exact)
     assert np.mean(refined == exact) >= 0.95
 
@@ -85,9 +90,11 @@ def test_the_memory_mapped_store_gives_the_in_ram_results(data: tuple, dtype: ty
     np.save(tmp_path / "database.npy", stored)
     mapped = np.load(tmp_path / "database.npy", mmap_mode="r")
     assert isinstance(mapped, np.memmap)
-    in_ram = search_with_scores(stored, q, K, index=INDEX, search_params=PARAMS, refine=M, refine_store="disk")
-    on_disk = search_with_scores(mapped, q, K, index=INDEX, search_params=PARAMS, refine=M, refine_store="disk")
-    faiss_ram = search_with_scores(stored, q, K, index=INDEX, search_params=PARAMS, refine=M, refine_store="ram")
+    disk = SearchOptions(index=INDEX, search_params=PARAMS, refine=M, refine_store="disk")
+    in_ram = search_with_scores(stored, q, K, disk)
+    on_disk = search_with_scores(mapped, q, K, disk)
+    faiss_ram = search_with_scores(stored, q, K, SearchOptions(index=INDEX, search_params=PARAMS, refine=M,
+                                                               refine_store="ram"))
     np.testing.assert_array_equal(on_disk[1], in_ram[1])
     np.testing.assert_array_equal(on_disk[0], in_ram[0])
     np.testing.assert_array_equal(on_disk[1], faiss_ram[1])  # our second stage = FAISS's IndexRefineFlat
@@ -98,36 +105,36 @@ def test_the_disk_store_keeps_only_codes_in_ram(data: tuple, tmp_path: Path) -> 
     db, _ = data
     np.save(tmp_path / "database.npy", db)
     mapped = np.load(tmp_path / "database.npy", mmap_mode="r")
-    on_disk = build_index(mapped, index=INDEX, refine=M, refine_store="disk")
-    in_ram = build_index(db, index=INDEX, refine=M, refine_store="ram")
+    on_disk = build_index(mapped, SearchOptions(index=INDEX, refine=M, refine_store="disk"))
+    in_ram = build_index(db, SearchOptions(index=INDEX, refine=M, refine_store="ram"))
     assert in_ram.ram_bytes() > db.nbytes  # IndexRefineFlat keeps a float32 copy
     assert on_disk.ram_bytes() < db.nbytes / 2  # 8-byte codes + centroids instead of 128-byte rows
 
 
 def test_a_shortlist_shorter_than_k_is_raised_to_k_and_bad_values_are_refused(data: tuple) -> None:
     db, q = data
-    ids = search(db, q, 20, index=INDEX, search_params=PARAMS, refine=3, refine_store="disk")
+    ids = search(db, q, 20, SearchOptions(index=INDEX, search_params=PARAMS, refine=3, refine_store="disk"))
     assert ids.shape == (Q, 20) and (ids >= 0).all()
-    with pytest.raises(ValueError, match="refine_store"):
-        build_index(db, index=INDEX, refine=M, refine_store="cloud")
+    with pytest.raises(ValueError, match="refine_store"):  # a ConfigError, when the options are made
+        build_index(db, SearchOptions(index=INDEX, refine=M, refine_store="cloud"))
     with pytest.raises(ValueError, match="refine"):
-        build_index(db, index=INDEX, refine=0)
+        build_index(db, SearchOptions(index=INDEX, refine=0))
 
 
 def test_an_index_type_faiss_builds_for_l2_only_is_refused_except_as_a_disk_first_stage(data: tuple) -> None:
     db, q = data
     for index in ("HNSW16_PQ8", "ITQ32,LSHt"):
         with pytest.raises(ValueError, match="L2 metric only"):
-            build_index(db, index=index)
+            build_index(db, SearchOptions(index=index))
         with pytest.raises(ValueError, match="L2 metric only"):
-            build_index(db, index=index, refine=M, refine_store="ram")
+            build_index(db, SearchOptions(index=index, refine=M, refine_store="ram"))
     # Binary ITQ codes as the first stage: the result is still the exact top-k of their shortlist.
-    binary = build_index(db, index="ITQ32,LSHt", refine=M, refine_store="disk")
-    ids = search(db, q, K, index=binary)
+    binary = build_index(db, SearchOptions(index="ITQ32,LSHt", refine=M, refine_store="disk"))
+    ids = search(db, q, K, prebuilt=binary)
     np.testing.assert_array_equal(ids, _exact_top_k_of(binary.shortlists(q, K), db, q, K))
 
 
-# -- the pipeline's search interface: evaluation.index / evaluation.refine / evaluation.refine_store ---
+# -- the pipeline's search interface: evaluation.search.index / .refine / .refine_store -------------
 
 
 class _MeanColour(torch.nn.Module):
@@ -156,25 +163,28 @@ def _colour_set(folder: Path) -> RetrievalSet:
 
 def test_extraction_into_a_memory_mapped_file_and_its_progress_bar(tmp_path: Path, capsys) -> None:
     rs = _colour_set(tmp_path)
-    in_ram = extract_descriptors(_MeanColour(), rs.database_paths, _to_tensor, batch_size=16)
-    mapped = extract_descriptors(_MeanColour(), rs.database_paths, _to_tensor, batch_size=16,
-                                 out_path=tmp_path / "db.npy", dtype=np.float16, progress=True, desc="db")
+    in_ram = extract_descriptors(_MeanColour(), rs.database_paths, _to_tensor, ExtractionOptions(batch_size=16))
+    mapped = extract_descriptors(_MeanColour(), rs.database_paths, _to_tensor,
+                                 ExtractionOptions(batch_size=16, descriptor_dtype="float16", progress=True),
+                                 out_path=tmp_path / "db.npy", desc="db")
     assert isinstance(mapped, np.memmap) and mapped.dtype == np.float16
     np.testing.assert_array_equal(np.load(tmp_path / "db.npy"), in_ram.astype(np.float16))
     assert "db" in capsys.readouterr().err  # the bar, when asked for
-    extract_descriptors(_MeanColour(), rs.database_paths, _to_tensor, batch_size=16)
+    extract_descriptors(_MeanColour(), rs.database_paths, _to_tensor, ExtractionOptions(batch_size=16))
     assert capsys.readouterr().err == ""  # none by default when stderr is not a terminal
 
 
 def test_evaluate_benchmarks_with_a_two_stage_index(tmp_path: Path) -> None:
     rs = _colour_set(tmp_path / "images")
-    flat = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, ks=(1, 5), pictures=False)[0]
+    flat = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor,
+                               EvaluationOptions(ks=(1, 5), outputs=OutputOptions(pictures=False)))[0]
     runs = {}
     for store in REFINE_STORES:
         out = tmp_path / store
-        runs[store] = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, ks=(1, 5), pictures=False, output_dir=out,
-                                          index="HNSW8", refine=10, refine_store=store,
-                                          store_dir=tmp_path / "store" if store == "disk" else None)[0]
+        two_stage = SearchOptions(index="HNSW8", refine=10, refine_store=store,
+                                  store_dir=tmp_path / "store" if store == "disk" else None)
+        options = EvaluationOptions(ks=(1, 5), search=two_stage, outputs=OutputOptions(dir=out, pictures=False))
+        runs[store] = evaluate_benchmarks(_MeanColour(), [rs], _to_tensor, options)[0]
         settings = json.loads((out / "results.json").read_text())["meta"]["settings"]
         assert settings["refine"] == 10 and settings["refine_store"] == store
     np.testing.assert_array_equal(runs["disk"].predictions, runs["ram"].predictions)
@@ -186,10 +196,13 @@ def test_evaluate_benchmarks_with_a_two_stage_index(tmp_path: Path) -> None:
 
 def test_the_eval_config_names_the_two_stage_options() -> None:
     config = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "eval.yaml")
-    options = set(config.evaluation)
-    assert {"index", "refine", "refine_store", "store_dir", "progress"} <= options
-    accepted = set(inspect.signature(evaluate_benchmarks).parameters)
-    # run.pipeline passes the node as keyword arguments, less the protocol's keys (run.eval_by_name)
+    options = {f"{node}.{key}" for node in config.evaluation for key in config.evaluation[node]}
+    assert {"search.index", "search.refine", "search.refine_store", "search.store_dir", "extraction.progress"} <= options
+    # run.evaluation_options builds each node's options object from the node's keys, less the protocol's
+    # (run.evaluate); batch size, workers and the output folder come from elsewhere in the config
+    classes = {"extraction": ExtractionOptions, "test_time": options_module.TestTimeOptions, "search": SearchOptions,
+               "postprocess": PostprocessOptions, "rerank": RerankOptions, "outputs": OutputOptions}
+    accepted = {f"{node}.{field.name}" for node, cls in classes.items() for field in dataclasses.fields(cls)}
     assert options - set(PROTOCOL_KEYS) <= accepted
 
 
@@ -202,8 +215,8 @@ def test_a_shortlist_of_the_whole_database_gives_the_exact_top_k(data: tuple, st
         np.save(tmp_path / "database.npy", db)
         db = np.load(tmp_path / "database.npy", mmap_mode="r")
     exact_scores, exact_ids = search_with_scores(db, q, K)
-    scores, ids = search_with_scores(db, q, K, index="IVF16,PQ4", search_params="nprobe=16", refine=N,
-                                     refine_store=store)
+    scores, ids = search_with_scores(db, q, K, SearchOptions(index="IVF16,PQ4", search_params="nprobe=16", refine=N,
+                                                             refine_store=store))
     np.testing.assert_array_equal(ids, exact_ids)
     np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
 
@@ -211,7 +224,7 @@ def test_a_shortlist_of_the_whole_database_gives_the_exact_top_k(data: tuple, st
 def test_a_gpu_index_keeps_its_resources_through_the_attribute_faiss_allows() -> None:
     # faiss >= 1.8 refuses unknown attributes on its objects (the old `index.aggzoo_gpu_resources = res`
     # raised AttributeError on every GPU index); the reference goes into FAISS's own `referenced_objects`.
-    from aggzoo.evaluation.retrieval import _keep_alive
+    from aggzoo.evaluation.index import _keep_alive
 
     index = faiss.IndexFlatIP(4)
     if tuple(int(v) for v in faiss.__version__.split(".")[:2]) >= (1, 8):
@@ -229,10 +242,10 @@ def test_a_gpu_index_keeps_its_resources_through_the_attribute_faiss_allows() ->
 def test_preflight_accepts_an_l2_only_first_stage_exactly_where_the_search_does() -> None:
     from aggzoo.run.preflight import evaluation_option_problems
 
-    disk = {"index": "ITQ32,LSHt", "refine": 100, "refine_store": "disk"}
-    assert evaluation_option_problems(disk, D) == []
-    for refused in ({**disk, "refine_store": "ram"}, {"index": "ITQ32,LSHt"}):
-        (problem,) = evaluation_option_problems(refused, D)
-        assert "L2 metric only" in problem and "evaluation.refine_store=disk" in problem
-    (problem,) = evaluation_option_problems({"index": "IVF16,Nonsense"}, D)
+    disk = SearchOptions(index="ITQ32,LSHt", refine=100, refine_store="disk")
+    assert evaluation_option_problems(EvaluationOptions(search=disk), D) == []
+    for refused in (dataclasses.replace(disk, refine_store="ram"), SearchOptions(index="ITQ32,LSHt")):
+        (problem,) = evaluation_option_problems(EvaluationOptions(search=refused), D)
+        assert "L2 metric only" in problem and "evaluation.search.refine_store=disk" in problem
+    (problem,) = evaluation_option_problems(EvaluationOptions(search=SearchOptions(index="IVF16,Nonsense")), D)
     assert "not a FAISS index_factory string" in problem

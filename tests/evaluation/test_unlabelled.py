@@ -27,7 +27,8 @@ from aggzoo.evaluation.protocol import protocol_transform
 from aggzoo.evaluation.unlabelled import coordinates_from_names, predict
 from aggzoo.hub.builder import build_model
 from aggzoo.hub.cfg import PretrainedCfg
-from aggzoo.run.pipeline import evaluate, model_spec
+from aggzoo.run.evaluate import evaluate
+from aggzoo.run.model_by_name import model_spec
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,8 @@ def test_generated_folders_write_predictions_distances_and_the_grid(tiny_model, 
         Image.open(source).save(queries / _vg_name(450003.0, 7000004.0 + 100 * i, f"q{j}"))
     out = tmp_path / "out"
     cfg = compose_run_config("eval", [f"model={saved}", f"database={database}", f"queries={tmp_path / 'q'}",
-                                      "top_k=4", "evaluation.grid_queries=3", "evaluation.grid_k=3"], out)
+                                      "top_k=4", "evaluation.outputs.grid_queries=3",
+                                      "evaluation.outputs.grid_k=3"], out)
     assert evaluate(cfg) == []
     with (out / "predictions.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -135,7 +137,7 @@ def test_nordland_mini_frames_without_ground_truth(nordland_mini: Path, tmp_path
             (target / path.name).symlink_to(path)
     out = tmp_path / "out"
     evaluate(compose_run_config("eval", ["model=netvlad_efficientnet_lite0.nordland_mini", f"database={database}",
-                                         f"queries={queries}", "top_k=3", "evaluation.grid_queries=4"], out))
+                                         f"queries={queries}", "top_k=3", "evaluation.outputs.grid_queries=4"], out))
     document = json.loads((out / "predictions.json").read_text())
     assert document["meta"]["protocol"]["image_size"] == [64, 128]  # the weights' own protocol
     same_frame = []

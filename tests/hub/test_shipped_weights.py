@@ -76,7 +76,8 @@ def _retrieval_set(evaluation: dict):
 @pytest.mark.parametrize("entry", PARAMS)
 def test_shipped_weights_reproduce_their_metric(entry: manifest.ManifestEntry) -> None:
     from aggzoo.data.transforms import eval_transform
-    from aggzoo.evaluation.retrieval import evaluate_retrieval
+    from aggzoo.evaluation.loop import evaluate_retrieval
+    from aggzoo.evaluation.options import EvaluationOptions
 
     evaluation = dict(entry.evaluation)
     assert evaluation, f"{entry.name}: the manifest does not say where its metrics were measured"
@@ -84,7 +85,8 @@ def test_shipped_weights_reproduce_their_metric(entry: manifest.ManifestEntry) -
     model = aggzoo.create_model(entry.name, pretrained=True)
     size = evaluation.get("image_size", list(entry.input_size[1:]))
     transform = eval_transform(size, mean=entry.mean, std=entry.std, interpolation=entry.interpolation)
-    result = evaluate_retrieval(model, _retrieval_set(evaluation), transform, ks=tuple(int(k) for k in recorded))
+    result = evaluate_retrieval(model, _retrieval_set(evaluation), transform,
+                                EvaluationOptions(ks=tuple(int(k) for k in recorded)))
     for k, value in recorded.items():
         measured = 100.0 * result.recalls[int(k)]  # fractions -> the manifest's percent
         assert abs(measured - value) <= evaluation.get("tolerance", 0.5), f"{entry.name}: R@{k} {measured:.2f} vs {value}"

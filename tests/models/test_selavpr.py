@@ -17,6 +17,7 @@ from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks
 from aggzoo.evaluation.local_rerank import MutualNNRerank, evaluate_with_local_rerank, mutual_nn_counts
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions, OutputOptions, RerankOptions
 from aggzoo.layers.pooling import gem
 from aggzoo.models.backbones.sela_adapter import SelaAdapterViT
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
@@ -100,15 +101,19 @@ def test_evaluate_with_local_rerank_on_image_files(tmp_path: Path) -> None:
     def transform(rgb: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(rgb).permute(2, 0, 1).float() / 255.0
 
-    result = evaluate_with_local_rerank(model, retrieval_set, transform, rerank=MutualNNRerank(top_k), ks=(1, 2))
+    result = evaluate_with_local_rerank(model, retrieval_set, transform, EvaluationOptions(ks=(1, 2)),
+                                        rerank=MutualNNRerank(top_k))
     assert result.recalls[1] == 1.0 and result.extras["rerank"]["top_k"] == top_k
     assert result.extras["rerank"]["local_features"] == [81, 8]  # 3 x 3 patches -> 9 x 9 locations
     assert result.extras["rerank"]["first_stage_recalls"]["1"] == 1.0
-    # eval.py's way: evaluation.rerank=mutual_nn evaluation.rerank_k=3 through evaluate_benchmarks
-    (by_config,) = evaluate_benchmarks(model, [retrieval_set], transform, rerank="mutual_nn", rerank_k=top_k, ks=(1, 2),
-                                       batch_size=16, pictures=False)
+    # eval.py's way: evaluation.rerank.method=mutual_nn evaluation.rerank.k=3 through evaluate_benchmarks
+    options = EvaluationOptions(ks=(1, 2), extraction=ExtractionOptions(batch_size=16),
+                                rerank=RerankOptions(method="mutual_nn", k=top_k), outputs=OutputOptions(pictures=False))
+    (by_config,) = evaluate_benchmarks(model, [retrieval_set], transform, options)
     np.testing.assert_array_equal(by_config.predictions, result.predictions)
     assert by_config.extras["rerank"]["top_k"] == top_k
     gem_model = VPRModel(TimmBackbone("test_resnet", out_indices=(3,)), functools.partial(GeM))
     with pytest.raises(ConfigError, match="head=selavpr"):
-        evaluate_benchmarks(gem_model, [retrieval_set], transform, rerank="mutual_nn", ks=(1,), pictures=False)
+        evaluate_benchmarks(gem_model, [retrieval_set], transform,
+                            EvaluationOptions(ks=(1,), rerank=RerankOptions(method="mutual_nn"),
+                                              outputs=OutputOptions(pictures=False)))

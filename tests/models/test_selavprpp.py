@@ -5,6 +5,7 @@ force, exact float re-scoring) down to eval.py's evaluate_benchmarks on image fi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -17,7 +18,10 @@ from image_files import write_noise_images
 from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.benchmarks import evaluate_benchmarks
-from aggzoo.evaluation.retrieval import BinaryCodes, extract_descriptors, pack_codes, search
+from aggzoo.evaluation.binary_codes import BinaryCodes, pack_codes
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions, OutputOptions, SearchOptions
+from aggzoo.evaluation.search import search
 from aggzoo.layers.binarize import sign_ste
 from aggzoo.layers.pooling import gem
 from aggzoo.models.backbones.side_adapter import SideAdapterViT
@@ -126,7 +130,7 @@ def test_binary_first_stage_shortlists_by_hamming_and_rescores_the_float_descrip
     queries = database[:q] + 0.5 * rng.standard_normal((q, 16)).astype(np.float32)
     db_codes = pack_codes(np.where(rng.standard_normal((n, bits)) >= 0, 1, -1))
     q_codes = pack_codes(np.where(rng.standard_normal((q, bits)) >= 0, 1, -1))
-    ids = search(database, queries, k, index="BFlat", refine=m, codes=(db_codes, q_codes))
+    ids = search(database, queries, k, SearchOptions(index="BFlat", refine=m), codes=(db_codes, q_codes))
     distances = _hamming(q_codes, db_codes)                                       # [Q, N] brute force
     for i in range(q):
         shortlist = np.argsort(distances[i], kind="stable")[:m]
@@ -141,7 +145,7 @@ def test_binary_first_stage_shortlists_by_hamming_and_rescores_the_float_descrip
         rest = np.setdiff1d(inside, got)
         assert rest.size == 0 or scores[rest].max() <= scores[got].min()  # no better candidate of the sure part
     with pytest.raises(ConfigError, match="refine=100"):
-        search(database, queries, k, index="BFlat", codes=(db_codes, q_codes))
+        search(database, queries, k, SearchOptions(index="BFlat"), codes=(db_codes, q_codes))
 
 
 def test_two_branch_evaluation_on_image_files(tmp_path: Path) -> None:
@@ -160,8 +164,9 @@ def test_two_branch_evaluation_on_image_files(tmp_path: Path) -> None:
     m = 3
     passes: list[int] = []  # images entering the frozen ViT's first block
     hook = model.backbone.model.blocks[0].register_forward_pre_hook(lambda _, args: passes.append(len(args[0])))
-    (result,) = evaluate_benchmarks(model, [retrieval_set], transform, index="BFlat", refine=m, ks=(1, 2),
-                                    batch_size=4, pictures=False)
+    options = EvaluationOptions(ks=(1, 2), extraction=ExtractionOptions(batch_size=4),
+                                search=SearchOptions(index="BFlat", refine=m), outputs=OutputOptions(pictures=False))
+    (result,) = evaluate_benchmarks(model, [retrieval_set], transform, options)
     hook.remove()
     assert sum(passes) == 6 + 3  # one ViT pass per image gives both the float descriptor and the codes
     # independently: codes and float descriptors of both splits, Hamming top m (ties: any), float order
@@ -176,22 +181,25 @@ def test_two_branch_evaluation_on_image_files(tmp_path: Path) -> None:
         scores = floats[0] @ floats[1][i]
         assert scores[row[0]] >= scores[row[1]]
     assert result.recalls[1] >= 2 / 3  # the two queries that are database images find themselves
-    (on_disk,) = evaluate_benchmarks(model, [retrieval_set], transform, index="BFlat", refine=m, ks=(1, 2),
-                                     batch_size=4, pictures=False, refine_store="disk", store_dir=tmp_path / "store")
+    disk = SearchOptions(index="BFlat", refine=m, refine_store="disk", store_dir=tmp_path / "store")
+    (on_disk,) = evaluate_benchmarks(model, [retrieval_set], transform, dataclasses.replace(options, search=disk))
     np.testing.assert_array_equal(on_disk.predictions, result.predictions)
     stored = np.load(tmp_path / "store" / "tiny_database.npy")  # [N, D + bits]: the descriptors, then the codes
     np.testing.assert_allclose(stored[:, :24], floats[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(stored[:, 24:], codes[0])
     float_model = VPRModel(SideAdapterViT(VIT, **TINY), functools.partial(SelaVPRpp, out_dim=24))
     with pytest.raises(ConfigError, match="official_rerank"):
-        evaluate_benchmarks(float_model, [retrieval_set], transform, index="BFlat", refine=m, ks=(1,), pictures=False)
+        evaluate_benchmarks(float_model, [retrieval_set], transform, dataclasses.replace(options, ks=(1,)))
 
 
 def test_preflight_checks_the_binary_first_stage_before_extraction() -> None:
-    assert evaluation_option_problems({"index": "BFlat", "refine": 100}, 2048) == []
-    (missing,) = evaluation_option_problems({"index": "BFlat"}, 2048)
-    assert "evaluation.refine=100" in missing
-    assert any("binary index string" in p for p in evaluation_option_problems({"index": "BFlatx", "refine": 100}, 2048))
+    def problems(**search: object) -> list[str]:
+        return evaluation_option_problems(EvaluationOptions(search=SearchOptions(**search)), 2048)
+
+    assert problems(index="BFlat", refine=100) == []
+    (missing,) = problems(index="BFlat")
+    assert "evaluation.search.refine=100" in missing
+    assert any("binary index string" in p for p in problems(index="BFlatx", refine=100))
 
 
 @pytest.mark.parametrize("one_pass", [True, False])

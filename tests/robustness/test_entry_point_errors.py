@@ -154,12 +154,20 @@ def test_resume_into_a_read_only_run_folder(tmp_path: Path, data_env: dict[str, 
     ("ckpt_path=last", "ckpt_path=last: no checkpoints/last.ckpt under"),
     ("image_size=[1,1]", "image_size must be [height, width] in pixels, two integers of at least 8"),
     # Options that used to fail only after every descriptor was extracted:
-    ("evaluation.index=Bogus", "evaluation.index=Bogus is not a FAISS index_factory string for 192-D descriptors"),
-    ("evaluation.whitening=/nowhere/whitening.npz", "evaluation.whitening=/nowhere/whitening.npz: no such file"),
+    ("evaluation.search.index=Bogus",
+     "evaluation.search.index=Bogus is not a FAISS index_factory string for 192-D descriptors"),
+    ("evaluation.postprocess.whitening=/nowhere/whitening.npz",
+     "evaluation.postprocess.whitening=/nowhere/whitening.npz: no such file"),
+    # the flat key of earlier versions still works, moved to its node with a warning (run/evaluation_keys.py)
+    ("evaluation.index=Bogus", "evaluation.search.index=Bogus is not a FAISS index_factory string for 192-D descriptors"),
 ])
 def test_eval_py_user_errors(override: str, expected: str, eval_error_runs, request: pytest.FixtureRequest) -> None:
-    line = error_line(eval_error_runs[request.node.callspec.id].result())
+    result = eval_error_runs[request.node.callspec.id].result()
+    line = error_line(result)
     assert expected in line, line
+    if override.startswith("evaluation.index="):
+        assert ("warning: evaluation.index is now evaluation.search.index; the flat key will go in a later version: "
+                "write evaluation.search.index=Bogus") in result.stderr, result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -170,15 +178,20 @@ def eval_error_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
 
 
 def test_evaluation_options_are_checked_before_extraction() -> None:
+    from aggzoo.evaluation.options import EvaluationOptions, SearchOptions
     from aggzoo.run.preflight import evaluation_option_problems
 
-    assert evaluation_option_problems({"index": "Flat", "search_params": None}, 112) == []
-    assert evaluation_option_problems({"index": "HNSW32", "search_params": "efSearch=64"}, 112) == []
-    (problem,) = evaluation_option_problems({"index": "IVF16,PQ64"}, 112)
-    assert problem.startswith("evaluation.index=IVF16,PQ64 is not a FAISS index_factory string for 112-D descriptors (")
+    def problems(**search: object) -> list[str]:
+        return evaluation_option_problems(EvaluationOptions(search=SearchOptions(**search)), 112)
+
+    assert problems(index="Flat", search_params=None) == []
+    assert problems(index="HNSW32", search_params="efSearch=64") == []
+    (problem,) = problems(index="IVF16,PQ64")
+    assert problem.startswith("evaluation.search.index=IVF16,PQ64 is not a FAISS index_factory string for 112-D "
+                              "descriptors (")
     assert "faiss::" not in problem and ".cpp" not in problem
-    (problem,) = evaluation_option_problems({"index": "Flat", "search_params": "efSearch=3"}, 112)
-    assert problem.startswith("evaluation.search_params=efSearch=3 does not apply to evaluation.index=Flat")
+    (problem,) = problems(index="Flat", search_params="efSearch=3")
+    assert problem.startswith("evaluation.search.search_params=efSearch=3 does not apply to evaluation.search.index=Flat")
 
 
 @pytest.mark.slow
@@ -278,3 +291,19 @@ def test_hydra_cfg_job_and_full_error_still_work(tmp_path: Path) -> None:
     assert composed.returncode == 0 and "_target_: aggzoo.models.heads.gem.GeM" in composed.stdout, composed.stderr
     full = run_entry(["head=nosuch"], tmp_path, env={"HYDRA_FULL_ERROR": "1"})
     assert full.returncode == 1 and "Traceback" in full.stderr and "MissingConfigException" in full.stderr
+
+
+def test_a_flat_evaluation_key_still_composes_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """compose_run_config (the composition of train.py / eval.py) moves the flat keys of earlier versions
+    to their node, naming the new key on stderr; the node's own key is taken as it is, without a warning."""
+    from hydra_helpers import compose_run_config
+
+    cfg = compose_run_config("eval", [*TINY_EVAL, "evaluation.index=HNSW32", "evaluation.rerank_k=7"], tmp_path / "a")
+    assert cfg.evaluation.search.index == "HNSW32" and cfg.evaluation.rerank.k == 7
+    assert "index" not in cfg.evaluation and "rerank_k" not in cfg.evaluation
+    err = capsys.readouterr().err
+    assert ("warning: evaluation.index is now evaluation.search.index; the flat key will go in a later version: "
+            "write evaluation.search.index=HNSW32") in err
+    assert "warning: evaluation.rerank_k is now evaluation.rerank.k" in err
+    cfg = compose_run_config("eval", [*TINY_EVAL, "evaluation.search.index=HNSW32"], tmp_path / "b")
+    assert cfg.evaluation.search.index == "HNSW32" and "warning" not in capsys.readouterr().err

@@ -13,7 +13,9 @@ from robust_helpers import write_vg
 
 from aggzoo.data.transforms import eval_transform
 from aggzoo.data.vg import load_vg
-from aggzoo.evaluation.retrieval import evaluate_retrieval, extract_descriptors
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.loop import evaluate_retrieval
+from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions
 from aggzoo.models.vpr_model import VPRModel
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -31,7 +33,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory):
 def test_descriptors_do_not_depend_on_workers_and_barely_on_batch_size(setup) -> None:
     model, retrieval_set, transform = setup
     paths = retrieval_set.database_paths + retrieval_set.query_paths
-    out = {(bs, w): extract_descriptors(model, paths, transform, batch_size=bs, num_workers=w)
+    out = {(bs, w): extract_descriptors(model, paths, transform, ExtractionOptions(batch_size=bs, num_workers=w))
            for bs, w in [(1, 0), (5, 0), (5, 2), (len(paths), 0)]}
     # Workers only change who reads the files: bit-identical.
     assert np.array_equal(out[5, 0], out[5, 2])
@@ -45,7 +47,8 @@ def test_rankings_and_recalls_do_not_depend_on_batch_size_or_workers(setup) -> N
     model, retrieval_set, transform = setup
     # Rankings can only differ where two database images score within ~1e-7 of each other (a
     # near-tie: an untrained NetVLAD whose descriptors all agree to 1e-4 shows it); GeM does not.
-    runs = [evaluate_retrieval(model, retrieval_set, transform, ks=(1, 5, 8), batch_size=bs, num_workers=w)
+    runs = [evaluate_retrieval(model, retrieval_set, transform, EvaluationOptions(
+                ks=(1, 5, 8), extraction=ExtractionOptions(batch_size=bs, num_workers=w)))
             for bs, w in [(1, 0), (5, 2), (64, 0)]]
     for run in runs[1:]:
         assert run.recalls == runs[0].recalls

@@ -25,7 +25,7 @@ def _benchmark(name: str, tmp_path: Path):
 
 
 def test_missing_nordland_mini_names_paths_shared_data(tmp_path: Path) -> None:
-    from aggzoo.run.pipeline import load_benchmarks
+    from aggzoo.run.benchmark_config import load_benchmarks
 
     with pytest.raises(DatasetLayoutError) as err:
         load_benchmarks(_benchmark("nordland_mini", tmp_path))
@@ -35,7 +35,7 @@ def test_missing_nordland_mini_names_paths_shared_data(tmp_path: Path) -> None:
 
 
 def test_missing_public_benchmark_names_paths_data_root_and_its_own_name(tmp_path: Path) -> None:
-    from aggzoo.run.pipeline import load_benchmarks
+    from aggzoo.run.benchmark_config import load_benchmarks
 
     with pytest.raises(DatasetLayoutError, match=r"paths\.data_root=/your/datasets or AGGZOO_DATA=.*"
                                                  r"benchmark\.tokyo247\.root="):
@@ -102,7 +102,7 @@ def test_eval_without_checkpoint_says_the_model_is_untrained() -> None:
     from aggzoo.models.backbones.timm_backbone import TimmBackbone
     from aggzoo.models.heads.gem import GeM
     from aggzoo.models.vpr_model import VPRModel
-    from aggzoo.run.pipeline import untrained_note
+    from aggzoo.run.evaluate import untrained_note
 
     note = untrained_note(VPRModel(TimmBackbone("test_resnet", out_indices=(3,)), GeM))
     assert note.startswith("note: no ckpt_path given") and "untrained GeM head" in note and "ckpt_path=<" in note

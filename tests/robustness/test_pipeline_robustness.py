@@ -16,8 +16,9 @@ from robust_helpers import write_city, write_vg
 import aggzoo
 from aggzoo.data.images import ImageReadError
 from aggzoo.data.transforms import eval_transform
-from aggzoo.evaluation.retrieval import extract_descriptors
-from aggzoo.run.pipeline import evaluate, train
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.run.evaluate import evaluate
+from aggzoo.run.pipeline import train
 from aggzoo.run.preflight import PreflightError
 
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from aggzoo.data.vg import utm_from_name
 from aggzoo.errors import DatasetFormatError
-from aggzoo.evaluation.retrieval import recall_at_k, recall_curve, search
+from aggzoo.evaluation.metrics import recall_at_k, recall_curve
+from aggzoo.evaluation.search import search
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

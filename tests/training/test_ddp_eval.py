@@ -16,12 +16,13 @@ from train_helpers import compose_train, train_py
 
 import aggzoo
 from aggzoo.hub.builder import build_model
-from aggzoo.run.pipeline import evaluate, model_spec
+from aggzoo.run.evaluate import evaluate
+from aggzoo.run.model_by_name import model_spec
 from aggzoo.training.sharded_extraction import _shard_paths, merge_shards
 
 ARCHITECTURE = ["backbone=test_vit", "head=gem"]
-RUN = ["synthetic=tiny", "image_size=[48,64]", "eval_batch_size=5", "evaluation.pictures=false",
-       "evaluation.save_predictions=true"]
+RUN = ["synthetic=tiny", "image_size=[48,64]", "eval_batch_size=5", "evaluation.outputs.pictures=false",
+       "evaluation.outputs.save_predictions=true"]
 
 
 def test_two_gloo_processes_evaluate_as_one(tiny_data, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

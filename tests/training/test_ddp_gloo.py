@@ -16,7 +16,8 @@ import torch
 from train_helpers import TINY, compose_train, logged, run_dirs, train_py
 
 from aggzoo.hub.builder import build_model
-from aggzoo.run.pipeline import model_spec, train
+from aggzoo.run.model_by_name import model_spec
+from aggzoo.run.pipeline import train
 
 # test_vit: LayerNorm only, so no batch statistics differ between one process and two half batches.
 RUN = [*TINY, "backbone=test_vit", "head=gem", "data.places_per_batch=8", "trainer.max_epochs=1",

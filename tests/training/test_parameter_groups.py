@@ -77,7 +77,8 @@ def test_default_job_groups_are_unchanged_and_the_model_node_is_empty(tmp_path) 
 
     from aggzoo.errors import ConfigError
     from aggzoo.hub.builder import build_model
-    from aggzoo.run.pipeline import model_spec, module_options
+    from aggzoo.run.model_by_name import model_spec
+    from aggzoo.run.pipeline import module_options
 
     cfg = compose_train(["backbone.pretrained=false"], tmp_path)
     assert module_options(cfg) == {}  # the module's signature holds the defaults

@@ -15,7 +15,8 @@ from shared_paths import REFERENCE
 from train_helpers import CONF, compose_train
 
 from aggzoo.hub.builder import build_model
-from aggzoo.run.pipeline import model_spec, train
+from aggzoo.run.model_by_name import model_spec
+from aggzoo.run.pipeline import train
 
 #: experiments that are local jobs rather than published recipes (the default-job smoke run, the real-data run)
 LOCAL_JOBS = {"quick", "nordland_mini"}

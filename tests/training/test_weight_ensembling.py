@@ -119,8 +119,9 @@ def test_pipeline_tests_and_readers_use_the_ensemble_and_a_resume_keeps_the_star
     assert all(torch.equal(v, expected[k]) for k, v in model.state_dict().items())
     assert not all(torch.equal(v, read_checkpoint(best).state_dict(ensembled=False)[k])
                    for k, v in model.state_dict().items() if v.is_floating_point())
-    from aggzoo.evaluation.retrieval import evaluate_retrieval
-    from aggzoo.run.pipeline import load_benchmarks
+    from aggzoo.evaluation.loop import evaluate_retrieval
+    from aggzoo.evaluation.options import EvaluationOptions
+    from aggzoo.run.benchmark_config import load_benchmarks
 
     cfg = compose_train([*run, f"paths.log_dir={logs}"], tmp_path / "check")
     (name, retrieval_set), = load_benchmarks(cfg.test_benchmarks).items()
@@ -128,7 +129,7 @@ def test_pipeline_tests_and_readers_use_the_ensemble_and_a_resume_keeps_the_star
     norm = getattr(model.backbone, "pretrained_cfg", {}) or {}
     transform = eval_transform(tuple(cfg.data.eval_image_size), mean=norm.get("mean", IMAGENET_DEFAULT_MEAN),
                                std=norm.get("std", IMAGENET_DEFAULT_STD))
-    again = evaluate_retrieval(model, retrieval_set, transform, ks=tuple(cfg.recall_ks))
+    again = evaluate_retrieval(model, retrieval_set, transform, EvaluationOptions(ks=tuple(cfg.recall_ks)))
     assert tested.name == name and tested.recalls == again.recalls
     # Resuming for a second epoch keeps the recorded start (not the resumed, trained weights).
     train(compose_train([*run, "trainer.max_epochs=2", f"paths.log_dir={logs}", f"ckpt_path={last}"], tmp_path / "r"))
