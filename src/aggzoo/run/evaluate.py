@@ -41,7 +41,7 @@ from aggzoo.models.input_size import size_multiple
 from aggzoo.run.benchmark_config import load_benchmark, load_benchmarks
 from aggzoo.run.evaluation_options import descriptor_cache, evaluation_options, whitening_fit_source
 from aggzoo.run.model_by_name import command_line_keys, load_model_to_evaluate, model_spec, normalisation
-from aggzoo.run.preflight import _choice, build_model_checked, check_config, check_evaluation, result_notes
+from aggzoo.run.preflight import build_model_checked, check_config, check_evaluation, result_notes
 from aggzoo.training.sharded_extraction import ShardedExtractor
 
 __all__ = ["PROTOCOL_KEYS", "ImageChecks", "comparable_published", "evaluate", "evaluation_protocol",
