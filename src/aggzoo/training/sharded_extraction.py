@@ -170,6 +170,8 @@ class ShardedExtractor:
                  desc: str = "descriptors", boxes: Sequence[Any] | None = None) -> np.ndarray:
         """``[N, D]`` descriptors of ``paths``, as :func:`extract_descriptors` returns them. ``options.device``,
         ``precision`` and ``progress`` are the trainer's (``accelerator``, ``precision``, its bar)."""
+        self._calls += 1
+        self.folder.mkdir(parents=True, exist_ok=True)
         stem = self.folder / f"extract{self._calls:03d}"
         dtype = np.dtype(options.descriptor_dtype)
         dataset = ImageListDataset(paths, transform, boxes=boxes)
