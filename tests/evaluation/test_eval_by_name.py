@@ -181,7 +181,7 @@ def test_protocol_overrides_short_side_and_command_line_image_size(names: dict, 
     cfg = compose_run_config("eval", BASE + [f"model={names['saved']}", "image_size=[40,60]"], tmp_path / "top")
     protocol = evaluation_protocol(model, cfg, CFG, {"mean": (0, 0, 0), "std": (1, 1, 1)})
     assert protocol.image_size == (40, 60) and protocol.mean == CFG.mean and protocol.overridden == ("image_size",)
-    with pytest.raises(ConfigError, match="short side.*protocol_resize=true"):
+    with pytest.raises(ConfigError, match="short side.*protocol.resize=true"):
         _evaluate([f"model={names['saved']}", "evaluation.protocol.image_size=32",
                    "evaluation.protocol.resize=false"],
                   tmp_path / "bad")

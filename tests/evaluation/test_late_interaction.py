@@ -95,7 +95,7 @@ def test_instance_tokens_are_the_normalised_group_means() -> None:
         for j in range(4):
             mean = unit[b][groups[b] == j].double().mean(dim=0)
             np.testing.assert_allclose(out[b, j].double().numpy(), _unit(mean.numpy()), atol=1e-6)
-    with pytest.raises(ConfigError, match=r"evaluation.tokens=25.*1 <= evaluation.tokens <= 24"):
+    with pytest.raises(ConfigError, match=r"evaluation.rerank.tokens=25.*1 <= evaluation.rerank.tokens <= 24"):
         instance_tokens(tokens, 25)
 
 
@@ -194,7 +194,7 @@ def test_the_eval_config_names_the_options_and_bad_values_are_refused() -> None:
     assert build_reranker(RerankOptions("instance_tokens", k=None, tokens=16)).top_m == 100
     with pytest.raises(ConfigError, match="evaluation.rerank.method=colbert is not a re-ranker"):
         build_reranker(RerankOptions("colbert"))
-    with pytest.raises(ConfigError, match="evaluation.rerank_k=0"):
+    with pytest.raises(ConfigError, match="evaluation.rerank.k=0"):
         build_reranker(RerankOptions("instance_tokens", k=0, tokens=16))
 
 

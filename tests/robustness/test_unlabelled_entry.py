@@ -51,7 +51,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]
 def _run(folders, tmp_path: Path, *extra: str):
     saved, database, queries = folders
     result = run_entry([f"model={saved}", f"database={database}", f"queries={queries}", "top_k=4",
-                        "evaluation.pictures=false", f"hydra.run.dir={tmp_path / 'out'}", *extra],
+                        "evaluation.outputs.pictures=false", f"hydra.run.dir={tmp_path / 'out'}", *extra],
                        tmp_path, script="eval.py")
     assert result.returncode == 0, result.stderr[-3000:]
     return result, json.loads((tmp_path / "out" / "predictions.json").read_text())
