@@ -182,8 +182,12 @@ class ImageListDataset(Dataset):
         image = read_rgb(self.paths[index])
         box = None if self.boxes is None else self.boxes[index]
         if box is not None:
+            full_size = image.shape[:2]
             try:
                 image = crop_to_box(image, box)
             except ValueError as err:
                 raise DatasetFormatError(f"{self.paths[index]}: cannot crop the query: {err}") from None
+            if getattr(self.transform, "scales_crops_as_full_image", False):
+                # a long-side protocol scales a crop by its full image's factor (cirtorch's ImagesFromList)
+                return self.transform(image, full_size=full_size), index
         return self.transform(image), index

@@ -33,13 +33,18 @@ from aggzoo.evaluation.postprocess import check_whitening_kind
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.models.input_size import snap_size
 
-__all__ = ["PROTOCOL_FIELDS", "RESIZE_RULES", "EvalProtocol", "protocol_transform", "short_side_size"]
+__all__ = ["PROTOCOL_FIELDS", "RESIZE_RULES", "SIDES", "EvalProtocol", "long_side_size", "protocol_transform",
+           "short_side_size"]
 
 #: ``"protocol"``: PIL resize with antialiasing, sides snapped (the published protocols);
 #: ``"pipeline"``: aggzoo's training-pipeline resize (:func:`aggzoo.data.transforms.eval_transform`)
 RESIZE_RULES = ("protocol", "pipeline")
 _PIL_FILTERS = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR,
-                "nearest": Image.Resampling.NEAREST, "area": Image.Resampling.BOX}
+                "nearest": Image.Resampling.NEAREST, "area": Image.Resampling.BOX,
+                "lanczos": Image.Resampling.LANCZOS}
+#: what an int ``image_size`` sizes: the short side (VPR: ``--image_size 322`` of VPR-methods-evaluation) or the
+#: long side (image retrieval: cirtorch / revisitop's 1024, an image never enlarged)
+SIDES = ("short", "long")
 
 
 def short_side_size(height: int, width: int, short_side: int, multiple: int = 1) -> tuple[int, int]:
@@ -49,31 +54,55 @@ def short_side_size(height: int, width: int, short_side: int, multiple: int = 1)
     return snap_size((height * scale, width * scale), multiple)
 
 
+def long_side_size(height: int, width: int, long_side: float, multiple: int = 1) -> tuple[int, int]:
+    """``(h, w)`` of an image shrunk so that its long side is at most ``long_side``, the aspect ratio kept and
+    never enlarged -- PIL's ``Image.thumbnail((long_side, long_side))``, which cirtorch's and revisitop's
+    ``imresize`` call -- then snapped to ``multiple`` (a ViT's patch size; 1 for a CNN)."""
+    probe = Image.new("1", (width, height))  # 1 bit per pixel: the size rule of thumbnail, without the pixels' cost
+    probe.thumbnail((long_side, long_side))
+    return snap_size((probe.height, probe.width), multiple) if multiple > 1 else (probe.height, probe.width)
+
+
 class _PILResize:
     """``rgb uint8 [H, W, 3] -> float [3, h, w]``: PIL resize (antialiased) + normalisation.
 
-    ``size`` is a fixed ``(h, w)``; ``short_side`` instead resizes each image to that short side."""
+    ``size`` is a fixed ``(h, w)``; else ``side_length`` sizes each image's short side (``side="short"``:
+    aspect kept, snapped), or shrinks its long side to it (``side="long"``: PIL's thumbnail, as cirtorch's
+    ``imresize``). Under ``side="long"`` a cropped image (a revisited Oxford/Paris query cut to its box) is
+    scaled by its full image's factor: ``side_length * max(crop) / max(full)``, as cirtorch's
+    ``ImagesFromList`` does, so a query crop is not blown up to the database images' size."""
+
+    #: :class:`aggzoo.data.retrieval_set.ImageListDataset` passes a cropped image's full size (``full_size=``)
+    scales_crops_as_full_image = True
 
     def __init__(self, size: tuple[int, int] | None, mean: Sequence[float], std: Sequence[float], *,
-                 interpolation: str = "bicubic", short_side: int | None = None, multiple: int = 1) -> None:
+                 interpolation: str = "bicubic", side_length: int | None = None, side: str = "short",
+                 multiple: int = 1) -> None:
         self.size = size
-        self.short_side = short_side
+        self.side_length = side_length
+        self.side = side
         self.multiple = multiple
         self.interpolation = interpolation
         self.mean = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
         self.std = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
 
-    def __call__(self, image: np.ndarray) -> Tensor:
+    def __call__(self, image: np.ndarray, full_size: tuple[int, int] | None = None) -> Tensor:
+        height, width = image.shape[:2]
         if self.size is not None:
             height, width = self.size
+        elif self.side == "long":
+            length = float(self.side_length)
+            if full_size is not None:  # a crop: its full image's scale (cirtorch)
+                length *= max(image.shape[:2]) / max(full_size)
+            height, width = long_side_size(height, width, length, self.multiple)
         else:
-            height, width = short_side_size(image.shape[0], image.shape[1], int(self.short_side), self.multiple)
+            height, width = short_side_size(height, width, int(self.side_length), self.multiple)
         resized = np.asarray(Image.fromarray(image).resize((width, height), _PIL_FILTERS[self.interpolation]))
         chw = resized.transpose(2, 0, 1).astype(np.float32) / 255.0
         return torch.from_numpy(np.ascontiguousarray((chw - self.mean) / self.std))
 
     def __repr__(self) -> str:
-        size = f"size={self.size}" if self.size is not None else f"short_side={self.short_side}"
+        size = f"size={self.size}" if self.size is not None else f"{self.side}_side={self.side_length}"
         return f"protocol_transform({size}, {self.interpolation}, antialias)"
 
 
@@ -85,16 +114,20 @@ def protocol_transform(
     std: Sequence[float] = IMAGENET_DEFAULT_STD,
     interpolation: str = "bicubic",
     short_side: int | None = None,
+    long_side: int | None = None,
 ) -> _PILResize:
     """The published evaluation transform: resize to ``snap_size(image_size, multiple)`` (an int: a
-    square), or each image's short side to ``short_side`` (aspect kept, sides snapped), with PIL
-    (antialiased), scale to [0, 1], normalise. Picklable, for ``num_workers > 0``."""
+    square), or each image's short side to ``short_side`` (aspect kept, sides snapped), or shrink its long side
+    to ``long_side`` (:func:`long_side_size`), with PIL (antialiased), scale to [0, 1], normalise. Picklable,
+    for ``num_workers > 0``."""
     if interpolation not in _PIL_FILTERS:
         raise ConfigError(f"interpolation must be one of {sorted(_PIL_FILTERS)}, got {interpolation!r}")
-    if (image_size is None) == (short_side is None):
-        raise ValueError("pass exactly one of image_size and short_side")
+    if sum(v is not None for v in (image_size, short_side, long_side)) != 1:
+        raise ValueError("pass exactly one of image_size, short_side and long_side")
     size = snap_size(image_size, multiple) if image_size is not None else None
-    return _PILResize(size, mean, std, interpolation=interpolation, short_side=short_side, multiple=multiple)
+    side = "long" if long_side is not None else "short"
+    return _PILResize(size, mean, std, interpolation=interpolation, side_length=short_side or long_side, side=side,
+                      multiple=multiple)
 
 
 def _as_size(value: Any) -> Any:
@@ -108,7 +141,7 @@ def _as_size(value: Any) -> Any:
 
 
 #: the fields of :class:`EvalProtocol` a caller may override (``eval.py evaluation.<field>=...``)
-PROTOCOL_FIELDS = ("image_size", "resize", "interpolation", "mean", "std", "descriptor_dim", "metric",
+PROTOCOL_FIELDS = ("image_size", "side", "resize", "interpolation", "mean", "std", "descriptor_dim", "metric",
                    "whitening_kind")
 
 
@@ -118,7 +151,9 @@ class EvalProtocol:
 
     Attributes:
         image_size: ``(H, W)``, resized to exactly (snapped under ``resize="protocol"``); or an int, the
-            short side of every image (aspect ratio kept; images of one batch may then differ in size).
+            ``side`` of every image (aspect ratio kept; images of one batch may then differ in size).
+        side: what an int ``image_size`` sizes: ``"short"`` (the short side, VPR's convention) or ``"long"``
+            (the long side, never enlarged, a query crop scaled as its full image: image retrieval's 1024).
         resize: ``"protocol"`` (PIL, antialiased, sides snapped to ``multiple``) or ``"pipeline"`` (aggzoo's
             evaluation resize, no snapping: what ``train.py`` measures its test metrics with).
         interpolation: ``bicubic`` | ``bilinear`` (| ``nearest``, ``area``).
@@ -133,6 +168,7 @@ class EvalProtocol:
 
     image_size: tuple[int, int] | int
     resize: str = "pipeline"
+    side: str = "short"
     interpolation: str = "bicubic"
     mean: tuple[float, float, float] = IMAGENET_DEFAULT_MEAN
     std: tuple[float, float, float] = IMAGENET_DEFAULT_STD
@@ -149,6 +185,9 @@ class EvalProtocol:
         if self.resize not in RESIZE_RULES:
             raise ConfigError(f"evaluation.protocol.resize: the resize rule must be one of {RESIZE_RULES} "
                               f"(true = protocol, false = pipeline), got {self.resize!r}")
+        if self.side not in SIDES:
+            raise ConfigError(f"evaluation.protocol.side={self.side!r}: use short (an int image_size is the short side) "
+                              "or long (the long side, as image retrieval's 1024)")
         if self.interpolation not in _PIL_FILTERS:
             raise ConfigError(f"evaluation.protocol.interpolation={self.interpolation} is not one of {sorted(_PIL_FILTERS)}")
         size = self.image_size
@@ -196,6 +235,8 @@ class EvalProtocol:
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         """The ``(h, w)`` an image of ``height x width`` is resized to."""
+        if isinstance(self.image_size, int) and self.side == "long":
+            return long_side_size(height, width, self.image_size, self.multiple)
         if isinstance(self.image_size, int):
             return short_side_size(height, width, self.image_size, self.multiple)
         if self.resize == "protocol":
@@ -207,14 +248,15 @@ class EvalProtocol:
         if self.resize == "pipeline":
             return eval_transform(self.image_size, mean=self.mean, std=self.std, interpolation=self.interpolation)
         if isinstance(self.image_size, int):
-            return protocol_transform(short_side=self.image_size, multiple=self.multiple, mean=self.mean,
-                                      std=self.std, interpolation=self.interpolation)
+            side = {"short_side" if self.side == "short" else "long_side": self.image_size}
+            return protocol_transform(multiple=self.multiple, mean=self.mean, std=self.std,
+                                      interpolation=self.interpolation, **side)
         return protocol_transform(self.image_size, multiple=self.multiple, mean=self.mean, std=self.std,
                                   interpolation=self.interpolation)
 
     def describe(self) -> str:
         """One line: ``120x160, pipeline resize (bicubic), mean [...], std [...]``."""
-        size = (f"short side {self.image_size}" if isinstance(self.image_size, int)
+        size = (f"{self.side} side {self.image_size}" if isinstance(self.image_size, int)
                 else "x".join(map(str, self.output_size(*self.image_size))))
         rule = f"PIL resize, sides snapped to {self.multiple}" if self.resize == "protocol" else "pipeline resize"
         return (f"{size}, {rule} ({self.interpolation}), mean {list(self.mean)}, std {list(self.std)}"
@@ -225,6 +267,6 @@ class EvalProtocol:
         """JSON-ready (``results.json``'s ``meta.protocol``)."""
         out = asdict(self)
         out["image_size"] = self.image_size if isinstance(self.image_size, int) else list(self.image_size)
-        out["short_side"] = isinstance(self.image_size, int)
+        out["short_side"] = isinstance(self.image_size, int) and self.side == "short"
         out["mean"], out["std"], out["overridden"] = list(self.mean), list(self.std), list(self.overridden)
         return out

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 #: ``evaluation.protocol.<key>`` (``evaluation.search.metric``, ``evaluation.postprocess.whitening_kind``) ->
 #: :class:`EvalProtocol` field (null: the model's own value)
-PROTOCOL_KEYS = {"protocol.image_size": "image_size", "protocol.resize": "resize",
+PROTOCOL_KEYS = {"protocol.image_size": "image_size", "protocol.side": "side", "protocol.resize": "resize",
                  "protocol.interpolation": "interpolation", "protocol.mean": "mean", "protocol.std": "std",
                  "protocol.descriptor_dim": "descriptor_dim", "search.metric": "metric",
                  "postprocess.whitening_kind": "whitening_kind"}
