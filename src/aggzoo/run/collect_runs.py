@@ -80,6 +80,8 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
             results = json.loads((folder / EVAL_RESULTS_FILE).read_text())["results"]
             entry["overrides"] = _overrides(folder)
             entry["test"] = {"trained": {r["name"]: r["recalls"] for r in results}}
+            # the benchmark's other metrics (revisited Oxford/Paris: "<setup>/mAP", "<setup>/mP@k")
+            entry["metrics"] = {r["name"]: r["metrics"] for r in results if r.get("metrics")}
             entry["status"] = "done"
         else:
             entry["overrides"] = _overrides(folder)
@@ -95,9 +97,15 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
 def _rows(runs: list[dict[str, Any]], ks: Sequence[int]) -> tuple[list[str], list[list[Any]]]:
     common = common_overrides(runs)
     benchmarks = sorted({name for r in runs for name in (r.get("test", {}).get("trained", {}) or {})})
+    # mAP per setup of the benchmarks scored by it (mP@k stays in each run's results.md: too many columns here)
+    maps = {name: sorted({m for r in runs for m in (r.get("metrics", {}).get(name) or {}) if m.endswith("/mAP")},
+                         key=lambda m: ("easy", "medium", "hard").index(m.split("/")[0])
+                         if m.split("/")[0] in ("easy", "medium", "hard") else 3)
+            for name in benchmarks}
     header = ["run", "changes", "head", "D", "params (M)", "trainable (M)", "s/step", "img/s"]
     for name in benchmarks:
         header += [f"{name} R@{k} {PERCENT}" for k in ks]
+        header += [f"{name} {metric} {PERCENT}" for metric in maps[name]]
         header += [f"{name} untrained R@1 {PERCENT}", f"{name} avg-pool baseline R@1 {PERCENT}"]
     header.append("status")
     rows = []
@@ -111,6 +119,7 @@ def _rows(runs: list[dict[str, Any]], ks: Sequence[int]) -> tuple[list[str], lis
         for name in benchmarks:
             recalls = trained.get(name, {})
             row += [_percent(recalls.get(str(k))) for k in ks]
+            row += [_percent((r.get("metrics", {}).get(name) or {}).get(metric)) for metric in maps[name]]
             row += [_percent(baseline.get(name, {}).get("1")), _percent(pooling.get(name, {}).get("1"))]
         row.append(r.get("status"))
         rows.append(row)
