@@ -17,6 +17,7 @@ from torch import nn
 
 from aggzoo.data.revisitop import load_revisitop
 from aggzoo.data.transforms import eval_transform
+from aggzoo.errors import ConfigError
 from aggzoo.evaluation.descriptor_cache import DescriptorCache, model_digest
 from aggzoo.evaluation.extraction import extract_descriptors
 from aggzoo.evaluation.loop import Stages, evaluate_retrieval
@@ -216,9 +217,20 @@ def test_an_interrupted_extraction_leaves_no_entry(data: Path, tmp_path: Path) -
 
 
 def test_the_config_key_builds_the_cache(tmp_path: Path) -> None:
-    assert descriptor_cache(OmegaConf.create({"evaluation": {"extraction": {"cache_dir": None}}})) is None
-    built = descriptor_cache(OmegaConf.create({"evaluation": {"extraction": {"cache_dir": str(tmp_path / "c")}}}))
+    """evaluation.extraction.cache_dir -> ExtractionOptions.cache_dir -> the run's cache (none without it)."""
+    from aggzoo.evaluation.options import EvaluationOptions, ExtractionOptions
+    from aggzoo.run.evaluation_options import evaluation_options
+
+    def composed(cache_dir: str | None) -> EvaluationOptions:
+        return evaluation_options(OmegaConf.create({
+            "recall_ks": [1], "eval_batch_size": 2, "num_workers": 0, "paths": {"output_dir": str(tmp_path)},
+            "evaluation": {"extraction": {"cache_dir": cache_dir}}}))
+
+    assert descriptor_cache(composed(None)) is None
+    built = descriptor_cache(composed(str(tmp_path / "c")))
     assert isinstance(built, DescriptorCache) and built.folder == tmp_path / "c"
+    with pytest.raises(ConfigError, match="evaluation.extraction.cache_dir must be a folder path"):
+        EvaluationOptions(extraction=ExtractionOptions(cache_dir=" "))
 
 
 

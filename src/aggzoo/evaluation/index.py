@@ -73,10 +73,13 @@ def binary_refine_message(index: Any) -> str:
 
 
 def as_float32(x: np.ndarray) -> np.ndarray:
+    """``x`` as a C-contiguous float32 array (what FAISS takes), copied only when it is not one already."""
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
 def row_chunks(n: int, size: int) -> Sequence[slice]:
+    """Slices of ``size`` rows covering ``range(n)``, in order: float16 or memory-mapped rows are converted
+    one chunk at a time."""
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 

@@ -85,6 +85,9 @@ class ExtractionOptions:
         precision: ``"fp32"``, or ``"bf16"`` / ``"fp16"``: the model under autocast (GPU speed).
         channels_last: the model and its batches in the ``channels_last`` memory format.
         progress: tqdm bars over the batches; ``None``: only when stderr is a terminal.
+        cache_dir: a folder of descriptors extracted once and reused by later evaluations of the same model,
+            weights and protocol (:class:`aggzoo.evaluation.descriptor_cache.DescriptorCache`: the R1M
+            distractors, or a whole database); ``None``: every evaluation extracts every image.
     """
 
     batch_size: int = 32
@@ -94,9 +97,12 @@ class ExtractionOptions:
     precision: str = "fp32"
     channels_last: bool = False
     progress: bool | None = None
+    cache_dir: str | Path | None = None
 
     def __post_init__(self) -> None:
         autocast_dtype_of(self.precision)
+        if self.cache_dir is not None and (not isinstance(self.cache_dir, (str, Path)) or not str(self.cache_dir).strip()):
+            raise ConfigError(f"evaluation.extraction.cache_dir must be a folder path or null, got {self.cache_dir!r}")
         if self.descriptor_dtype not in ("float32", "float16"):
             raise ConfigError(f"evaluation.extraction.descriptor_dtype={self.descriptor_dtype!r}: use float32 or float16")
         if int(self.batch_size) < 1:

@@ -246,7 +246,7 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
                                      sets, command_line_keys())
     try:
         results = evaluate_benchmarks(model.to(device), sets, protocol.transform(), options, meta=meta,
-                                      published=published, extractor=extractor, cache=descriptor_cache(cfg))
+                                      published=published, extractor=extractor, cache=descriptor_cache(options))
     finally:
         if shards is not None and writer:
             shutil.rmtree(shards, ignore_errors=True)

@@ -53,7 +53,6 @@ def evaluation_options(cfg: DictConfig, *, metric: str = "ip", whitening_kind: s
     null; ``whitening_source``: ``evaluation.postprocess.whitening_fit`` resolved to images or a benchmark."""
     extraction = _known("extraction", _node(cfg, "extraction"),
                         ("descriptor_dtype", "precision", "progress", "cache_dir"))
-    extraction.pop("cache_dir", None)  # not an extraction option: a stage of its own (descriptor_cache below)
     test_time = _known("test_time", _node(cfg, "test_time"), ("scales", "multiscale_reduce", "tlc_train_size"))
     search = _known("search", _node(cfg, "search"),
                     ("metric", "index", "search_params", "refine", "refine_store", "store_dir", "use_gpu"))
@@ -99,11 +98,8 @@ def whitening_fit_source(cfg: DictConfig, load: Any) -> str | list[Path] | Retri
     return [Path(p) for p in value] if isinstance(value, list) else str(value)
 
 
-def descriptor_cache(cfg: DictConfig) -> DescriptorCache | None:
-    """The cache of ``evaluation.extraction.cache_dir`` (``None``: every run extracts every image)."""
-    folder = OmegaConf.select(cfg, "evaluation.extraction.cache_dir", default=None)
-    if folder is None:
-        return None
-    if not isinstance(folder, str) or not folder.strip():
-        raise ConfigError(f"evaluation.extraction.cache_dir must be a folder path or null, got {folder!r}")
-    return DescriptorCache(folder)
+def descriptor_cache(options: EvaluationOptions) -> DescriptorCache | None:
+    """The cache of ``options.extraction.cache_dir`` (``evaluation.extraction.cache_dir``; ``None``: every run
+    extracts every image)."""
+    folder = options.extraction.cache_dir
+    return DescriptorCache(folder) if folder is not None else None
