@@ -3,24 +3,17 @@ PretrainedCfg says: paper, licence, code, D, input size and protocol, converter,
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from hub_helpers import TINY_NAME
+from test_docs import load_gen_pages
 
 from aggzoo.hub import registry
 from aggzoo.hub.cfg import PretrainedCfg
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _gen_pages():
-    spec = importlib.util.spec_from_file_location("aggzoo_docs_gen_pages", REPO / "docs" / "gen_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def convert_dummy(state: Mapping[str, torch.Tensor], model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -29,7 +22,7 @@ def convert_dummy(state: Mapping[str, torch.Tensor], model: torch.nn.Module) -> 
 
 
 def test_a_registered_method_gets_its_page(tiny_registered: str) -> None:
-    gen_pages = _gen_pages()
+    gen_pages = load_gen_pages()
     before = gen_pages.zoo_pages(out_dims=False)
     registry.register_pretrained(f"{TINY_NAME}.dummy", PretrainedCfg(
         url="https://example.org/dummy.pth", remap=convert_dummy, input_size=(3, 96, 128), out_dim=17,

@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from aggzoo.errors import ConfigError
 
-__all__ = ["BadImages", "CheckImages", "SelfMatches", "TrainSchema", "EvalSchema", "register_schemas",
+__all__ = ["BadImages", "CheckImages", "SelfMatches", "choice_value", "TrainSchema", "EvalSchema", "register_schemas",
            "validate_config", "value_problems"]
 
 SCHEMA_GROUP = "aggzoo_schema"
@@ -118,6 +118,11 @@ class EvalSchema:
 
 _SCHEMAS = {"train": TrainSchema, "eval": EvalSchema}
 _RUNTIME_SCHEMAS = {"train": _TrainRuntimeSchema, "eval": EvalSchema}
+
+
+def choice_value(value: Any) -> str:
+    """A typed choice of these schemas (``BadImages.skip``, a str Enum) or a plain string, as its string value."""
+    return str(getattr(value, "value", value))
 
 
 def _lenient(schema: type) -> DictConfig:

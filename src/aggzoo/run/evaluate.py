@@ -39,6 +39,7 @@ from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, rea
 from aggzoo.hub.cfg import PretrainedCfg
 from aggzoo.models.input_size import size_multiple
 from aggzoo.run.benchmark_config import load_benchmark, load_benchmarks
+from aggzoo.run.config_schema import choice_value
 from aggzoo.run.evaluation_options import descriptor_cache, evaluation_options, whitening_fit_source
 from aggzoo.run.model_by_name import command_line_keys, load_model_to_evaluate, model_spec, normalisation
 from aggzoo.run.preflight import build_model_checked, check_config, check_evaluation, result_notes
@@ -191,10 +192,6 @@ def comparable_published(published: Mapping[str, float] | None, sets: Mapping[st
 # -- the job ---------------------------------------------------------------------------------------
 
 
-def _choice(value: Any) -> str:
-    """A typed config choice (an Enum of :mod:`aggzoo.run.config_schema`) as its string."""
-    return str(getattr(value, "value", value))
-
 
 def _device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -232,8 +229,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
         run_unlabelled(cfg, model, protocol, options, meta)
         return []
     sets = load_benchmarks(cfg.benchmark)  # check_config refused an empty selection
-    checks = ImageChecks(bad_images=_choice(cfg.get("bad_images", "fail")),
-                         check_images=_choice(cfg.get("check_images", "header")),
+    checks = ImageChecks(bad_images=choice_value(cfg.get("bad_images", "fail")),
+                         check_images=choice_value(cfg.get("check_images", "header")),
                          num_workers=cfg.get("num_workers"), log_dir=Path(cfg.paths.output_dir))
     policy = checks.policy()
     sets, skipped = prepare_benchmarks(model, sets, preflight_size(protocol, sets), options, checks, policy)
@@ -279,7 +276,7 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, op
     queries = image_folder(cfg.get("queries"), "queries")
     progress = options.extraction.progress
     skipped_note = ""
-    if _choice(cfg.get("bad_images", "fail")) == "skip":  # unreadable files leave both folders' lists
+    if choice_value(cfg.get("bad_images", "fail")) == "skip":  # unreadable files leave both folders' lists
         policy = ImagePolicy("skip", log_path=Path(cfg.paths.output_dir) / SKIPPED_LIST_NAME)
         database = readable_images(database, policy, num_workers=cfg.num_workers, progress=progress)
         queries = readable_images(queries, policy, num_workers=cfg.num_workers, progress=progress)
@@ -291,7 +288,7 @@ def run_unlabelled(cfg: DictConfig, model: nn.Module, protocol: EvalProtocol, op
             skipped_note = f"note: skipped {len(skipped)} unreadable images (bad_images=skip); listed in {policy.log_path}"
     device = options.extraction.torch_device
     predictions = predict(model.to(device), database, queries, protocol.transform(), options, k=int(cfg.top_k),
-                          self_matches=_choice(cfg.get("self_matches", "report")))
+                          self_matches=choice_value(cfg.get("self_matches", "report")))
     outputs = options.outputs
     # the picture shows the top_k asked for, unless its own width is given
     grid_k = int(outputs.grid_k) if "evaluation.outputs.grid_k" in command_line_keys() else int(cfg.top_k)

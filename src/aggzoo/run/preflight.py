@@ -51,7 +51,7 @@ from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 from aggzoo.models.modes import evaluating
-from aggzoo.run.config_schema import validate_config
+from aggzoo.run.config_schema import choice_value, validate_config
 from aggzoo.training.interrupt import GracefulInterrupt
 
 __all__ = [
@@ -450,9 +450,6 @@ def result_notes(results: Sequence[Any], bad_images_list: Path | None = None) ->
 # -- hooks -----------------------------------------------------------------------------------------
 
 
-def _choice(value: Any) -> str:
-    return str(getattr(value, "value", value))
-
 
 def check_config(cfg: DictConfig, kind: str) -> None:
     """Raise one :class:`~aggzoo.errors.ConfigError` naming a config key whose value has the wrong
@@ -479,7 +476,7 @@ def before_training(cfg: DictConfig, parts: Any) -> ImagePolicy:
     ``parts`` is :class:`aggzoo.run.pipeline.TrainingParts` (``model``, ``datamodule``, ``test_sets``).
     """
     policy = ImagePolicy(
-        on_error=_choice(cfg.get("bad_images", "skip")), log_path=Path(cfg.paths.output_dir) / SKIPPED_LIST_NAME,
+        on_error=choice_value(cfg.get("bad_images", "skip")), log_path=Path(cfg.paths.output_dir) / SKIPPED_LIST_NAME,
         hint="Fix or remove the file, or skip unreadable training images with bad_images=skip")
     dataset = parts.datamodule.train_dataset
     if hasattr(dataset, "bad_images"):
@@ -487,7 +484,7 @@ def before_training(cfg: DictConfig, parts: Any) -> ImagePolicy:
     check_training(parts.model, train_dataset=dataset, places_per_batch=int(cfg.data.places_per_batch),
                    sizes={"data.image_size": cfg.data.image_size, "data.eval_image_size": cfg.data.eval_image_size},
                    val_sets=parts.datamodule.val_sets, test_sets=parts.test_sets,
-                   check_images=_choice(cfg.get("check_images", "header")), num_workers=int(cfg.data.num_workers))
+                   check_images=choice_value(cfg.get("check_images", "header")), num_workers=int(cfg.data.num_workers))
     return policy
 
 
