@@ -23,6 +23,21 @@ DINOV2_GRID = 37  # 518 / 14: the grid DINOv2's pos_embed is stored for
 DINOV2_DIM = 768
 
 
+LAYOUTS = Path(__file__).with_name("layouts")
+
+
+def authors_layout(name: str) -> Shapes:
+    """The key names and shapes of one released checkpoint, dumped from the authors' own module with random
+    weights (``tests/convert/layouts/<name>.json``: ``{"source": "<repo>@<commit>:<file> <how built>",
+    "keys": [[key, [shape...]], ...]}``), not typed by hand. Facts only: no upstream code is stored."""
+    import json
+
+    data = json.loads((LAYOUTS / f"{name}.json").read_text())
+    if not data.get("source") or not data.get("keys"):
+        raise ValueError(f"{name}.json: needs a 'source' and a non-empty 'keys' list")
+    return [(str(key), tuple(int(n) for n in shape)) for key, shape in data["keys"]]
+
+
 def fill(shapes: Iterable[tuple[str, tuple[int, ...]]]) -> dict[str, Tensor]:
     """Tensor ``i`` holds ``arange(numel) + 1000 i`` (integers, exact in fp32): no two are equal."""
     out: dict[str, Tensor] = {}
