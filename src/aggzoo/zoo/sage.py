@@ -90,16 +90,17 @@ _FOLDER = "https://drive.google.com/drive/folders/1-nQi9fhJPuiqHkcrGqBoIwiemnQ2L
 
 
 def _figures(**recalls: tuple[float, float, float]) -> dict[str, float]:
-    """``pitts30k_test=(R@1, R@5, R@10)`` -> ``{"pitts30k_test/R@1": ..., "pitts30k_test/R@5": ...}``."""
-    return {f"{name}/R@{k}": value for name, row in recalls.items() for k, value in zip((1, 5, 10), row, strict=True)}
+    """``pitts30k_test=(R@1, R@5, R@10)`` as the README's rows -> ``{"pitts30k_test/R@1": ...}`` (the zoo
+    records R@1; R@5 and R@10 stay written here, beside them, as the README gives them)."""
+    return {f"{name}/R@1": row[0] for name, row in recalls.items()}
 
 
 def _release(drive_id: str, filename: str, size: str, metrics: Mapping[str, float], table: str,
              *, cross_image: bool) -> PretrainedCfg:
-    batches = ("batch-dependent (cross-image encoder): figures at the README's per-dataset test batches (2 SPED and "
+    batches = ("Batch-dependent (cross-image encoder): figures at the README's per-dataset test batches (2 SPED and "
                "AmsterTime, 16 MSLS-val and Tokyo, 20 Eynsham, 26 Nordland, 8 otherwise; config.py), database and "
                "queries apart, file order; the encoder output is searched unnormalised by L2 distance"
-               if cross_image else "test batches of 64; unit-norm 8448-D descriptors searched by L2 distance")
+               if cross_image else "Test batches of 64; unit-norm 8448-D descriptors searched by L2 distance")
     return PretrainedCfg(
         download_page=f"https://drive.google.com/file/d/{drive_id}/view",
         filename=filename,
@@ -115,7 +116,7 @@ def _release(drive_id: str, filename: str, size: str, metrics: Mapping[str, floa
         code="https://github.com/chenshunpeng/SAGE",
         metrics=metrics,
         notes=(f"Figures: the authors' README, table '{table}' (Nordland** = nordland_10frames, Nordland* = "
-               f"nordland_1frame). {batches.capitalize()}. Upstream resizes the normalised tensor (bilinear, no "
+               f"nordland_1frame). {batches}. Upstream resizes the normalised tensor (bilinear, no "
                "antialias); aggzoo's protocol resize antialiases. Optional PCA to 4096 (fit on MSLS train, not in "
                f"the file): evaluation.postprocess.whitening_dim=4096. All files: {_FOLDER}. "
                "The README does not say whether its tables are after PCA; the paper's abstract reports SPED R@1 "
