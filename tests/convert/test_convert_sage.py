@@ -80,3 +80,32 @@ def test_the_cross_image_file_does_not_load_into_the_model_without_encoder(tmp_p
     path = _file(upstream, tmp_path / "SAGE.pth")
     with pytest.raises(UserError, match="encoder"):
         aggzoo.create_model("sage_dinov2_vitl14.official", checkpoint_path=path, backbone_kwargs={"depth": DEPTH})
+
+
+FIXTURE = Path(__file__).with_name("fixtures") / "sage_softp_small.safetensors"
+
+
+def test_head_matches_the_authors_softp_and_encoder_outputs() -> None:
+    """``fixtures/sage_softp_small.safetensors``: the authors' ``SoftP`` at small widths with ``network.py``'s
+    flags, and an encoder built as ``network.py`` builds it (at d_model 32), with their outputs on a fixed input
+    (its metadata names the source). Converted by the zoo's rules, our head gives the same numbers."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from aggzoo.hub.remap import rename
+    from aggzoo.models.features import Features
+    from aggzoo.models.heads.sage import SAGE
+    from aggzoo.zoo.sage import SAGE_RULES
+
+    with safe_open(str(FIXTURE), "pt") as handle:
+        assert "chenshunpeng/SAGE@" in handle.metadata()["source"]
+    data = load_file(str(FIXTURE))
+    weights = {k: v for k, v in data.items() if not k.startswith(("input.", "output."))}
+    converted = rename(weights, SAGE_RULES, what="SAGE fixture")
+    head = SAGE(32, num_clusters=8, cluster_dim=16, token_dim=32, cross_image=True, encoder_dim=32,
+                encoder_heads=16, encoder_ffn_dim=64).eval()
+    head.load_state_dict({k.removeprefix("head."): v for k, v in converted.items()}, strict=True)
+    features = Features((data["input.features"],), cls=data["input.cls"])
+    with torch.no_grad():
+        torch.testing.assert_close(head.descriptor(features), data["output.descriptor"], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(head(features), data["output.encoded"], atol=1e-5, rtol=1e-5)

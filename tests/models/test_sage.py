@@ -6,12 +6,16 @@ cross-image encoder's dependence on the batch."""
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 
+import aggzoo.zoo.sage as zoo_sage
 from aggzoo.evaluation.batch_dependence import batch_dependent_heads
 from aggzoo.layers.power_norm import DynamicPowerNorm
 from aggzoo.models.backbones.power_recalibration import PowerRecalibratedViT
@@ -19,6 +23,8 @@ from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.features import Features
 from aggzoo.models.heads.sage import SAGE, SoftWeighting, bilinear_clusters
 from aggzoo.models.vpr_model import VPRModel
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -186,3 +192,13 @@ def test_model_with_the_encoder_is_named_batch_dependent() -> None:
                              encoder_heads=2)
     assert batch_dependent_heads(VPRModel(_vit(PowerRecalibratedViT), head)) == ["SAGE"]
     assert batch_dependent_heads(VPRModel(_vit(PowerRecalibratedViT), SAGE)) == []
+
+
+@pytest.mark.parametrize(("yaml_name", "spec_name"), [("sage_dinov2_vitl14", "SAGE_DINOV2_VITL14"),
+                                                      ("sage_dinov2_vitb14", "SAGE_DINOV2_VITB14")])
+def test_backbone_yaml_agrees_with_the_zoo_spec(yaml_name: str, spec_name: str) -> None:
+    yaml = OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "backbone" / f"{yaml_name}.yaml"))
+    spec = getattr(zoo_sage, spec_name)
+    yaml.pop("pretrained")
+    defaults = {k: p.default for k, p in inspect.signature(PowerRecalibratedViT.__init__).parameters.items()}
+    assert {k: spec.get(k, defaults.get(k)) for k in yaml} == yaml
