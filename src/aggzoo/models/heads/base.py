@@ -27,9 +27,10 @@ class Head(DataInitDeclaring, nn.Module):
 
     Subclasses take ``in_channels`` as their first constructor argument (then keyword-only
     hyperparameters whose defaults are the paper's configuration), set ``self.out_dim`` and
-    implement ``forward(features) -> [B, out_dim]`` with unit-norm rows (the one documented exception:
-    :class:`~aggzoo.models.heads.gem.GeM` with ``l2="before_pool"`` / ``"none"``, the dVGL benchmark's
-    variants, searched by L2 distance as that benchmark does). A head that needs several
+    implement ``forward(features) -> [B, out_dim]`` with unit-norm rows (the documented exceptions, searched by
+    L2 distance as their authors do: :class:`~aggzoo.models.heads.gem.GeM` with ``l2="before_pool"`` /
+    ``"none"``, the dVGL benchmark's variants, and :class:`~aggzoo.models.heads.sage.SAGE` with its cross-image
+    encoder and ``l2_after_encoder=False``, the released SAGE model). A head that needs several
     levels overrides :meth:`in_channels_from` so the model builder can hand it the right channels
     without any channel count being written in YAML.
 

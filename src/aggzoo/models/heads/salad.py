@@ -29,13 +29,14 @@ from aggzoo.layers.sinkhorn import check_more_features_than_clusters, log_optima
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
-__all__ = ["SALAD", "salad_descriptor"]
+__all__ = ["HIDDEN_DIM", "SALAD", "local_mlp", "salad_descriptor"]
 
 #: Hidden width of SALAD's three MLPs (fixed in the paper and in MegaLoc).
 HIDDEN_DIM = 512
 
 
-def _local_mlp(in_channels: int, out_channels: int, dropout: float) -> nn.Sequential:
+def local_mlp(in_channels: int, out_channels: int, dropout: float) -> nn.Sequential:
+    """``C_in -> 512 -> C_out`` as 1x1 convolutions, dropout and ReLU after the first (SALAD, SAGE)."""
     # Index layout matches upstream keys: .0 conv, .1 dropout, .2 relu, .3 conv.
     return nn.Sequential(
         nn.Conv2d(in_channels, HIDDEN_DIM, kernel_size=1),
@@ -99,8 +100,8 @@ class SALAD(Head):
         self.token_features = nn.Sequential(
             nn.Linear(in_channels, HIDDEN_DIM), nn.ReLU(), nn.Linear(HIDDEN_DIM, token_dim)
         )
-        self.cluster_features = _local_mlp(in_channels, cluster_dim, dropout)
-        self.score = _local_mlp(in_channels, num_clusters, dropout)
+        self.cluster_features = local_mlp(in_channels, cluster_dim, dropout)
+        self.score = local_mlp(in_channels, num_clusters, dropout)
         self.dust_bin = nn.Parameter(torch.tensor(1.0))
 
     @property
