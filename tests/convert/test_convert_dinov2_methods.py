@@ -81,6 +81,21 @@ def test_qaa_official_drops_the_tensors_its_forward_never_reads(tmp_path: Path) 
     transformed = {"backbone.model.pos_embed": upstream["backbone.model.pos_embed"]}
     assert_placed(model, upstream, mapping, transformed)
     assert model.out_dim == 8192 and not any(k.startswith("backbone.model.norm.") for k in model.state_dict())
+    assert not model.head.sinkhorn  # the release's configuration (aggzoo.zoo.qaa): no score normalisation
+
+
+def test_qaa_weights_with_the_authors_score_normalisation_keep_the_dustbin(tmp_path: Path) -> None:
+    upstream = fill(prefixed("backbone.model.", dinov2_hub(DEPTH)) + qaa_aggregator("aggregator."))
+    path = save(upstream, tmp_path / "model.safetensors")
+    model = aggzoo.create_model("qaa_dinov2_vitb14.official", checkpoint_path=path, backbone_kwargs=SMALL_VIT,
+                                sinkhorn=True)
+    unused = {"backbone.model.mask_token", "backbone.model.norm.weight", "backbone.model.norm.bias",
+              "aggregator.score.norm2_out.weight", "aggregator.score.norm2_out.bias"}
+    mapping = {k: None if k in unused else k.replace("aggregator.", "head.") for k in upstream}
+    assert mapping["aggregator.dust_bin"] == "head.dust_bin"
+    transformed = {"backbone.model.pos_embed": upstream["backbone.model.pos_embed"]}
+    assert_placed(model, upstream, mapping, transformed)
+    assert model.head.sinkhorn
 
 
 def test_boq_dinov2_official_drops_the_unused_final_norm(tmp_path: Path) -> None:
