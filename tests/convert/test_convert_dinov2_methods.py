@@ -9,6 +9,7 @@ final Linear, shrunk from 8448 outputs to 64 (a 140M-value matrix otherwise).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import torch
 from official_layouts import (
     DINOV2_DIM,
     assert_placed,
+    authors_layout,
     boq_aggregator,
     dinov2_hub,
     edtformer_layout,
@@ -70,8 +72,19 @@ def test_megaloc_official(tmp_path: Path) -> None:
     assert_placed(model, upstream, mapping, transformed)
 
 
+def _qaa_release_layout() -> list[tuple[str, tuple[int, ...]]]:
+    """layouts/QAA-8192.json (dumped from the port's QAA module) without the ViT blocks from DEPTH on."""
+    shapes = authors_layout("QAA-8192")
+    kept = [(k, s) for k, s in shapes
+            if not (m := re.match(r"backbone\.model\.blocks\.(\d+)\.", k)) or int(m.group(1)) < DEPTH]
+    assert len(shapes) - len(kept) == 14 * (12 - DEPTH)
+    # the layout written from the port's source agrees with the dumped one
+    assert sorted(kept) == sorted(prefixed("backbone.model.", dinov2_hub(DEPTH)) + qaa_aggregator("aggregator."))
+    return kept
+
+
 def test_qaa_official_drops_the_tensors_its_forward_never_reads(tmp_path: Path) -> None:
-    upstream = fill(prefixed("backbone.model.", dinov2_hub(DEPTH)) + qaa_aggregator("aggregator."))
+    upstream = fill(_qaa_release_layout())
     path = save(upstream, tmp_path / "model.safetensors")  # Hugging Face xjh19971/QAA-8192
     model = aggzoo.create_model("qaa_dinov2_vitb14.official", checkpoint_path=path, backbone_kwargs=SMALL_VIT)
     unused = {"backbone.model.mask_token", "backbone.model.norm.weight", "backbone.model.norm.bias",
@@ -81,6 +94,21 @@ def test_qaa_official_drops_the_tensors_its_forward_never_reads(tmp_path: Path) 
     transformed = {"backbone.model.pos_embed": upstream["backbone.model.pos_embed"]}
     assert_placed(model, upstream, mapping, transformed)
     assert model.out_dim == 8192 and not any(k.startswith("backbone.model.norm.") for k in model.state_dict())
+    assert not model.head.sinkhorn  # the release's configuration (aggzoo.zoo.qaa): no score normalisation
+
+
+def test_qaa_weights_with_the_authors_score_normalisation_keep_the_dustbin(tmp_path: Path) -> None:
+    upstream = fill(_qaa_release_layout())
+    path = save(upstream, tmp_path / "model.safetensors")
+    model = aggzoo.create_model("qaa_dinov2_vitb14.official", checkpoint_path=path, backbone_kwargs=SMALL_VIT,
+                                sinkhorn=True)
+    unused = {"backbone.model.mask_token", "backbone.model.norm.weight", "backbone.model.norm.bias",
+              "aggregator.score.norm2_out.weight", "aggregator.score.norm2_out.bias"}
+    mapping = {k: None if k in unused else k.replace("aggregator.", "head.") for k in upstream}
+    assert mapping["aggregator.dust_bin"] == "head.dust_bin"
+    transformed = {"backbone.model.pos_embed": upstream["backbone.model.pos_embed"]}
+    assert_placed(model, upstream, mapping, transformed)
+    assert model.head.sinkhorn
 
 
 def test_boq_dinov2_official_drops_the_unused_final_norm(tmp_path: Path) -> None:

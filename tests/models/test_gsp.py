@@ -198,3 +198,50 @@ def test_the_cost_is_the_distance_of_lipschitz_normalised_features_and_prototype
         with_unit = partial_transport_weights(torch.logsumexp(-head.entropy_weight * unit, dim=1), head.transport_ratio,
                                               head.num_iters)
         assert (head.pooling_weights(z) - with_unit).abs().max() > 1e-2  # the two normalisations do differ here
+
+
+def _authors_lipschitz_grad(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """The authors' backward written out (pytorch/gsp/norm_layer.py): the norm enters only where |x| > 1."""
+    norm = x.norm(dim=-1, keepdim=True)
+    projected = norm > 1
+    x_hat = torch.where(projected, x / norm, torch.zeros_like(x))
+    divisor = torch.where(projected, norm, torch.ones_like(norm))
+    return (dy - (x_hat * dy).sum(dim=-1, keepdim=True) * x_hat) / divisor
+
+
+def test_at_norm_exactly_one_the_gradient_is_the_identity_as_the_authors() -> None:
+    # rows of norm exactly 1 in floating point (0.5^2 * 4 = 1, a basis vector), one above, one below
+    x = torch.tensor([[0.5, 0.5, 0.5, 0.5], [0.0, 1.0, 0.0, 0.0], [1.0, 2.0, -2.0, 0.5], [0.1, 0.2, 0.0, -0.3]],
+                     dtype=torch.float64, requires_grad=True)
+    assert torch.equal(x.detach()[:2].norm(dim=1), torch.ones(2, dtype=torch.float64))
+    dy = torch.tensor([[1.0, -2.0, 0.5, 3.0], [0.7, 1.5, -1.0, 2.0], [0.5, -2.0, 1.5, 1.0], [1.0, 1.0, 1.0, 1.0]],
+                      dtype=torch.float64)
+    lipschitz_normalize(x).backward(dy)
+    torch.testing.assert_close(x.grad, _authors_lipschitz_grad(x.detach(), dy))
+    torch.testing.assert_close(x.grad[:2], dy[:2])  # at |x| = 1: no projection term (clamp_min(1) would add one)
+
+
+def test_prototype_gradient_at_unit_norm_follows_the_authors_rule() -> None:
+    # Prototypes of norm exactly 1: the authors' N is the identity there, value and Jacobian, so the head's
+    # gradient equals that of the same cost built from the raw prototypes (no normalisation at all).
+    head = _head()
+    rows = torch.zeros(K, D, dtype=torch.float32)
+    for k in range(K):
+        rows[k, (2 * k) % D] = 1.0 if k % 2 else -1.0  # signed basis vectors: norm exactly 1
+        rows[k] = rows[k].roll(k // 4)
+    with torch.no_grad():
+        head.prototypes.copy_(rows)
+    assert torch.equal(head.prototypes.detach().norm(dim=1), torch.ones(K))
+    z = torch.randn(2, D, 36, generator=torch.Generator().manual_seed(3)) * torch.linspace(0.1, 3.0, 36) / D**0.5
+    weights_for = torch.linspace(-1.0, 1.0, 36)
+    (head.pooling_weights(z) * weights_for).sum().backward()
+    ours = head.prototypes.grad.clone()
+
+    protos = rows.clone().requires_grad_(True)
+    z_hat = lipschitz_normalize(z.transpose(1, 2))  # features: not what is tested here
+    cost = torch.cdist(protos.expand(2, -1, -1), z_hat)  # [B, K, n]
+    reference = partial_transport_weights(torch.logsumexp(-head.entropy_weight * cost, dim=1), head.transport_ratio,
+                                          head.num_iters)
+    (reference * weights_for).sum().backward()
+    torch.testing.assert_close(ours, protos.grad, atol=1e-5, rtol=1e-4)
+    assert protos.grad.abs().max() > 1e-3  # a gradient that is there to compare

@@ -30,14 +30,15 @@ from aggzoo.hub.remap import rename
 from aggzoo.models.heads.mixvpr import MixVPR
 from aggzoo.zoo._backbones import RESNET50_LAYER3, head, resnet_rules, vpr
 
-__all__ = ["convert_mixvpr", "mixvpr_resnet50"]
+__all__ = ["MIXVPR_AGGREGATOR_RULES", "convert_mixvpr", "mixvpr_resnet50"]
 
-_AGGREGATOR_RULES = [(r"aggregator\.((?:mix\.\d+\.mix\.[013]|channel_proj|row_proj)\.(?:weight|bias))", r"head.\1")]
+#: amaralibey/MixVPR ``aggregator.*`` keys (also DINO-Mix's aggregator) -> ``head.*``
+MIXVPR_AGGREGATOR_RULES = [(r"aggregator\.((?:mix\.\d+\.mix\.[013]|channel_proj|row_proj)\.(?:weight|bias))", r"head.\1")]
 
 
 def convert_mixvpr(state: Mapping[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
     """``resnet50_MixVPR_*.ckpt`` keys -> ``mixvpr_resnet50`` keys."""
-    return rename(state, resnet_rules("backbone.model.", sequential=False) + _AGGREGATOR_RULES,
+    return rename(state, resnet_rules("backbone.model.", sequential=False) + MIXVPR_AGGREGATOR_RULES,
                   what="MixVPR (amaralibey/MixVPR)")
 
 

@@ -15,6 +15,14 @@ Upstream facts of ``dino_salad.ckpt``:
 - ``models/aggregators/salad.py``: ``token_features`` = Sequential(Linear(768, 512), ReLU,
   Linear(512, 256)) -> indices 0, 2; ``cluster_features`` and ``score`` = Sequential(Conv1x1(768,
   512), Dropout, ReLU, Conv1x1(512, 128 | 64)) -> indices 0, 3; scalar ``dust_bin``.
+
+SALAD-indoor (Enrico-Chiavassa/Indoor-VPR, MIT): ``model/network.py`` ``GeoLocalizationViT`` holds ``self.model =
+torch.hub.load("serizba/salad", "dinov2_salad", backbone="dinov2_vitb14")``, so its files are ``dino_salad.ckpt``'s
+layout under ``model.``; ``hubconf.py`` loads ``.../Indoor-VPR/releases/download/v0.1.0/salad_Dinov2_8448_
+<variation>.pth`` strictly, variation 0 = ``GB1_10_25`` (default), 1 = ``HB1_GB1_2_5``. Its forward resizes every
+image to the nearest multiple of 14 per side (antialiased) before SALAD; VPR-methods-evaluation (``salad-indoor``)
+does the same resize and no other. The checkpoint reader drops the ``model.`` wrapper
+(:func:`aggzoo.hub.checkpoint.unwrap_checkpoint`), so :func:`convert_salad` reads these files as they are.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from aggzoo.hub.registry import register_model
 from aggzoo.hub.remap import rename
 from aggzoo.models.heads.salad import SALAD
 from aggzoo.zoo._backbones import DINOV2_EVAL_SIZE, DINOV2_VITB14, adapt_dinov2_embeddings, dinov2_rules, head, vpr
+from aggzoo.zoo.eigenplaces import indoor_vpr_cfg
 
 __all__ = ["SALAD_AGGREGATOR_RULES", "convert_salad", "salad_dinov2_vitb14"]
 
@@ -79,6 +88,19 @@ pretrained_cfgs = {
               "SuperGlue form with the same marginals and 3 iterations (inferred equivalent: not checked here).",
     ),
 }
+
+# Indoor-VPR hubconf AVAILABLE_VARIATIONS["salad_Dinov2_8448"]; the default variation gets the plain tag.
+for _tag, _variation in (("indoor", (0, "GB1_10_25")), ("indoor_hb1_gb1_2_5", (1, "HB1_GB1_2_5"))):
+    pretrained_cfgs[f"salad_dinov2_vitb14.{_tag}"] = indoor_vpr_cfg(
+        "salad_Dinov2_8448", _variation, remap=convert_salad, method="SALAD (DINOv2 ViT-B/14, 8448-D)",
+        input_size=(3, DINOV2_EVAL_SIZE, DINOV2_EVAL_SIZE), interpolation="bicubic", out_dim=8448,
+        paper="Optimal Transport Aggregation for Visual Place Recognition (Izquierdo & Civera, CVPR 2024), "
+              "arXiv:2311.15937 (the architecture; the indoor fine-tuning has no paper)",
+        notes="Upstream resizes each image to the nearest multiple of 14 per side (its forward; VPR-methods-evaluation "
+              "passes native-size images): the 322x322 here is the zoo's DINOv2 default, not a published protocol. "
+              "The file is dino_salad.ckpt's state dict under model. (Indoor-VPR wraps the torch.hub SALAD model); the "
+              "checkpoint reader drops that prefix.",
+    )
 
 
 @register_model

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
-__all__ = ["GSP", "greedy_k_center", "lipschitz_normalize", "partial_transport_weights"]
+__all__ = ["GSP", "greedy_k_center", "lipschitz_divisor", "lipschitz_normalize", "partial_transport_weights"]
 
 
 #: the fixed-point loop stops once a step moves every ``log lambda`` by less than this
@@ -83,14 +83,25 @@ def partial_transport_weights(log_mass: Tensor, transport_ratio: float, num_iter
     return torch.sigmoid(log_lambda + log_mass) / transport_ratio
 
 
+def lipschitz_divisor(norm: Tensor) -> Tensor:
+    """``s = |x|`` where ``|x| > 1``, else 1: the divisor of GSP's Lipschitz normalisation.
+
+    The authors' rule (``pytorch/gsp/norm_layer.py``: a mask ``|x| > 1``, strict) decides per vector
+    whether the norm enters at all, so at ``|x| = 1`` exactly no gradient flows through it.
+    ``norm.clamp_min(1)`` gives the same values but lets the gradient through at exactly 1.
+    """
+    return torch.where(norm > 1.0, norm, torch.ones_like(norm))
+
+
 def lipschitz_normalize(x: Tensor, dim: int = -1) -> Tensor:
-    """``x / max(|x|, 1)`` along ``dim``: GSP's Lipschitz-continuous L2 normalisation.
+    """``x / s`` along ``dim`` with ``s = |x|`` if ``|x| > 1`` else 1: GSP's Lipschitz-continuous L2
+    normalisation.
 
     Unlike ``F.normalize``, vectors with norm <= 1 are returned unchanged. Autograd of this expression
     is the authors' hand-written gradient: the projection's Jacobian where ``|x| > 1``, the identity
-    elsewhere.
+    elsewhere (including ``|x| = 1`` exactly).
     """
-    return x / torch.linalg.vector_norm(x, dim=dim, keepdim=True).clamp_min(1.0)
+    return x / lipschitz_divisor(torch.linalg.vector_norm(x, dim=dim, keepdim=True))
 
 
 @torch.no_grad()
@@ -161,13 +172,13 @@ class GSP(Head):
         with torch.autocast(device_type=embedded.device.type, enabled=False):
             feats = embedded.float()  # [B, D, n]
             protos = lipschitz_normalize(self.prototypes.float())  # [K, D]
-            # Euclidean distance of N(q) and N(z) = z / s, s = max(|z|, 1):
+            # Euclidean distance of N(q) and N(z) = z / s, s = |z| where |z| > 1 else 1 (lipschitz_divisor):
             # |N(q)|^2 + |z|^2 / s^2 - 2 q.z / s, with q.z from one matrix product scaled per column
             # afterwards ([B, K, n]), so that no normalised copy of the [B, D, n] features is made
             # (torch.cdist also goes through a matrix product at these sizes). The floor keeps the
             # square root's gradient finite where a feature meets a prototype.
             norms = torch.linalg.vector_norm(feats, dim=1, keepdim=True)  # [B, 1, n]
-            scale = norms.clamp_min(1.0)
+            scale = lipschitz_divisor(norms)
             cross = torch.matmul(protos, feats) / scale  # [B, K, n]
             proto_sq = protos.square().sum(dim=-1, keepdim=True)  # [K, 1]
             cost = (proto_sq + (norms / scale).square() - 2 * cross).clamp_min(1e-12).sqrt()
