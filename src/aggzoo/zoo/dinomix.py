@@ -42,7 +42,7 @@ DINOMIX_SIZE = 224
 
 # DINOv2 ViT-B/14 without the final norm, patch embedding and blocks 0-7 frozen, built for 224 x 224.
 _DINOV2_VITB14_224_BLOCKS = dict(DINOV2_VITB14, img_size=DINOMIX_SIZE, final_norm=False)
-_MIX = head(MixVPR, in_h=DINOMIX_SIZE // 14, in_w=DINOMIX_SIZE // 14, out_channels=1024, mix_depth=2, mlp_ratio=1.0,
+_MIX = head(MixVPR, in_h=DINOMIX_SIZE // 14, in_w=DINOMIX_SIZE // 14, mix_depth=2, mlp_ratio=1.0,
             out_rows=4)
 
 
