@@ -137,6 +137,11 @@ class RetrievalSet:
         return len(self.query_paths)
 
     @property
+    def image_paths(self) -> tuple[Path, ...]:
+        """Every image to read once: the database's, then the queries' (none more when they are the database)."""
+        return self.database_paths if self.queries_are_database else (*self.database_paths, *self.query_paths)
+
+    @property
     def num_candidates(self) -> int:
         """How many database images a query is ranked against (its own image left out when
         ``queries_are_database``)."""

@@ -296,7 +296,7 @@ def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int | N
         return []
     problems = []
     for retrieval_set in sets.values():
-        paths = (*retrieval_set.database_paths, *retrieval_set.query_paths)
+        paths = retrieval_set.image_paths
         bad = scan_images(paths, full=mode == "full", num_workers=num_workers)
         if bad:
             shown = "; ".join(f"{paths[i]}: {bad[i]}" for i in sorted(bad)[:5])
