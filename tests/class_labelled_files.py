@@ -96,3 +96,22 @@ def write_inshop(root: Path, rows: list[tuple[int, str]]) -> Path:
     (root / "Eval").mkdir(parents=True, exist_ok=True)
     (root / "Eval" / "list_eval_partition.txt").write_text("\n".join(lines) + "\n")
     return root
+
+
+def write_cars_csvs(root: Path, per_class: int = 2, classes: int = 196) -> Path:
+    """pytorch-metric-learning's Cars196 copy: ``names.csv``, ``anno_{train,test}.csv`` (``<file>,x1,y1,x2,y2,<class>``)
+    and ``car_data/car_data/<part>/<class name, '/' -> '-'>/<file>``; a class name with a ``/`` as the real
+    ``Ram C/V Cargo Van Minivan 2012``. Even images of each class are in train, odd ones in test."""
+    names = [f"Make {c} C/V {2000 + c}" if c % 50 == 0 else f"Make {c} Sedan {2000 + c}" for c in range(1, classes + 1)]
+    (root).mkdir(parents=True, exist_ok=True)
+    (root / "names.csv").write_text("\n".join(names) + "\n")
+    lines: dict[str, list[str]] = {"train": [], "test": []}
+    for c in range(1, classes + 1):
+        for j in range(per_class):
+            part = "train" if j % 2 == 0 else "test"
+            name = f"{len(lines[part]) + 1:05d}.jpg"
+            _jpeg(root / "car_data" / "car_data" / part / names[c - 1].replace("/", "-") / name, c * 10 + j)
+            lines[part].append(f"{name},1,2,30,40,{c}")
+    for part, rows in lines.items():
+        (root / f"anno_{part}.csv").write_text("\n".join(rows) + "\n")
+    return root

@@ -8,7 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.io
-from class_labelled_files import write_cars, write_class_folder, write_cub, write_gldv2, write_inshop, write_sop
+from class_labelled_files import (
+    write_cars,
+    write_cars_csvs,
+    write_class_folder,
+    write_cub,
+    write_gldv2,
+    write_inshop,
+    write_sop,
+)
 
 from aggzoo.data.class_folder import class_names, load_class_folder, read_class_folder
 from aggzoo.data.gldv2 import read_gldv2_clean
@@ -137,6 +145,33 @@ def test_cars196_splits_read_from_cars_annos_mat(tmp_path: Path, split: str, fir
     offset = 0 if split == "train" else 196
     assert images.paths[0] == root / "car_ims" / f"{offset + 1:06d}.jpg"  # the .mat's order
     assert images.labels[:3].tolist() == [first, first, first + 1]
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_cars196_reads_pytorch_metric_learnings_copy(tmp_path: Path, split: str) -> None:
+    root = write_cars_csvs(tmp_path / "cars196")
+    images = read_cars196(root, split)
+    assert images.classes.tolist() == list(range(1, 99) if split == "train" else range(99, 197))
+    # a class name with "/" names its folder with "-"; class c's image j = 0 is train file c, j = 1 test file c
+    c = 50 if split == "train" else 100
+    assert root / "car_data" / "car_data" / split / f"Make {c} C-V {2000 + c}" / f"{c:05d}.jpg" in images.paths
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+@pytest.mark.parametrize("dataset, write, reader, theirs", [
+    ("cub200", write_cub, read_cub200, "CUB"),
+    ("cars196", write_cars_csvs, read_cars196, "Cars196"),
+    ("sop", write_sop, read_sop, "StanfordOnlineProducts"),
+])
+def test_readers_equal_pytorch_metric_learnings_datasets(tmp_path: Path, split: str, dataset: str, write, reader,
+                                                         theirs: str) -> None:
+    """pytorch-metric-learning's dataset classes read the same folder: same images, same labels, same order."""
+    datasets = pytest.importorskip("pytorch_metric_learning.datasets")
+    root = write(tmp_path / dataset)
+    reference = getattr(datasets, theirs)(str(root), split=split)
+    images = reader(root, split)
+    assert [Path(p) for p in reference.paths] == list(images.paths)
+    assert list(reference.labels) == images.labels.tolist()
 
 
 def test_sop_splits_read_the_ebay_lists(tmp_path: Path) -> None:

@@ -14,12 +14,20 @@ CUB-200-2011 (``CUB_200_2011.tgz``; 11,788 images, 200 classes)::
     <root>/CUB_200_2011/images/<path>
     train: classes 1-100 (5,864 images); test: classes 101-200 (5,924 images)
 
-Cars196 (Stanford Cars, all images with one annotation file, as the metric-learning code reads it)::
+Cars196 (Stanford Cars, all images with one annotation file, as the metric-learning code reads it, e.g.
+Proxy-Anchor's ``dataset/cars.py``)::
 
     <root>/cars_annos.mat        struct array ``annotations`` with fields relative_im_path ("car_ims/000001.jpg")
                                  and class (1..196); bbox_* and test are not used
     <root>/car_ims/<name>.jpg
     train: classes 1-98 (8,054 images); test: classes 99-196 (8,131 images)
+
+or the copy pytorch-metric-learning's ``Cars196`` downloads (the same images and classes, split into the
+devkit's train and test folders)::
+
+    <root>/names.csv                               one class name per line (class c on line c)
+    <root>/anno_train.csv, anno_test.csv           <file>,x1,y1,x2,y2,<class>  (no header)
+    <root>/car_data/car_data/{train,test}/<class name, "/" replaced by "-">/<file>
 
 Stanford Online Products (``Stanford_Online_Products.zip``; 120,053 images, 22,634 products)::
 
@@ -60,7 +68,9 @@ __all__ = ["LAYOUTS", "SOURCES", "load_metric_learning", "read_cars196", "read_c
 
 LAYOUTS = {
     "cub200": "<root>/CUB_200_2011/images.txt, image_class_labels.txt and images/<path> (the CUB_200_2011.tgz archive)",
-    "cars196": "<root>/cars_annos.mat (struct array 'annotations': relative_im_path, class) and <root>/car_ims/*.jpg",
+    "cars196": "<root>/cars_annos.mat (struct array 'annotations': relative_im_path, class) and <root>/car_ims/*.jpg; "
+               "or pytorch-metric-learning's copy: <root>/names.csv, anno_train.csv, anno_test.csv and "
+               "<root>/car_data/car_data/{train,test}/<class name>/<file>",
     "sop": "<root>/Stanford_Online_Products/Ebay_train.txt and Ebay_test.txt (image_id class_id super_class_id "
            "path) and the images at Stanford_Online_Products/<path>",
     "inshop": "<root>/Eval/list_eval_partition.txt (image_name item_id evaluation_status) and "
@@ -69,7 +79,9 @@ LAYOUTS = {
 SOURCES = {
     "cub200": "https://www.vision.caltech.edu/datasets/cub_200_2011/ "
               "(https://data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz)",
-    "cars196": "http://ai.stanford.edu/~jkrause/cars/car_dataset.html (car_ims.tgz and cars_annos.mat)",
+    "cars196": "http://ai.stanford.edu/~jkrause/cars/car_dataset.html (car_ims.tgz and cars_annos.mat), or "
+               "https://www.kaggle.com/datasets/jutrera/stanford-car-dataset-by-classes-folder (pytorch-metric-learning's "
+               "Cars196 download)",
     "sop": "https://cvgl.stanford.edu/projects/lifted_struct/ (Stanford_Online_Products.zip)",
     "inshop": "https://mmlab.ie.cuhk.edu.hk/projects/DeepFashion/InShopRetrieval.html (Img/img.zip, "
               "Eval/list_eval_partition.txt)",
@@ -171,11 +183,41 @@ def _mat_annotations(path: Path) -> list[Mapping[str, Any]]:
     return list(annotations)
 
 
+def _cars_from_csvs(folder: Path) -> tuple[list[Path], list[int], Path]:
+    """pytorch-metric-learning's Cars196 copy: ``anno_train.csv`` then ``anno_test.csv`` (``<file>,x1,y1,x2,y2,<class>``,
+    no header), each image under ``car_data/car_data/<train|test>/<class name, '/' -> '-'>/`` (``names.csv``: one
+    class name per line, class ``c`` on line ``c``)."""
+    names_file = require_file(folder / "names.csv", "Cars196 class names", LAYOUTS["cars196"], SOURCES["cars196"])
+    names = [line.strip() for line in names_file.read_text(encoding="utf-8").splitlines()]
+    paths, labels = [], []
+    for part in ("train", "test"):
+        listing = require_file(folder / f"anno_{part}.csv", f"Cars196 {part} annotations", LAYOUTS["cars196"],
+                               SOURCES["cars196"])
+        for number, line in enumerate(listing.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            fields = line.split(",")
+            label = _int(fields[-1].strip(), listing, number, "cars196")
+            if len(fields) != 6 or not 1 <= label <= len(names):
+                raise DatasetFormatError(f"{listing}, line {number}: expected <file>,x1,y1,x2,y2,<class 1..{len(names)}>, "
+                                         f"got {line[:200]!r}. Expected layout: {LAYOUTS['cars196']}.")
+            name = _relative(fields[0].strip(), f"{listing}, line {number}", "cars196")
+            class_dir = _relative(names[label - 1].replace("/", "-"), f"{names_file}, line {label}", "cars196")
+            paths.append(folder / "car_data" / "car_data" / part / class_dir / name)
+            labels.append(label)
+    return paths, labels, folder / "anno_train.csv"
+
+
 def read_cars196(root: str | Path, split: str = "test") -> ClassLabelledImages:
-    """Cars196's ``split`` (``"train"``: classes 1-98, ``"test"``: 99-196), in ``cars_annos.mat`` order."""
+    """Cars196's ``split`` (``"train"``: classes 1-98, ``"test"``: 99-196), in ``cars_annos.mat`` order (or, in
+    pytorch-metric-learning's copy without the ``.mat``, ``anno_train.csv`` then ``anno_test.csv`` order)."""
     _check_split(split, _CLASS_SPLITS["cars196"], "cars196")
     folder = _folder(root, "cars196", "cars196")
-    mat = require_file(folder / "cars_annos.mat", "Cars196 annotations", LAYOUTS["cars196"], SOURCES["cars196"])
+    mat = folder / "cars_annos.mat"
+    if not mat.is_file() and (folder / "names.csv").is_file():
+        paths, labels, origin = _cars_from_csvs(folder)
+        return _keep_classes(paths, labels, _CLASS_SPLITS["cars196"][split], f"cars196_{split}", "cars196", origin)
+    require_file(mat, "Cars196 annotations", LAYOUTS["cars196"], SOURCES["cars196"])
     paths, labels = [], []
     for index, entry in enumerate(_mat_annotations(mat)):
         name, label = entry["relative_im_path"], entry["class"]
