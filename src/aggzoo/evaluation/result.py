@@ -34,7 +34,8 @@ class RetrievalResult:
     Attributes:
         recalls: ``{k: Recall@k}`` as fractions in [0, 1].
         metrics: the benchmark's other metrics by name (the revisited protocol's ``"medium/mAP"``,
-            ``"hard/mP@10"``...), fractions in [0, 1]; empty for a place-recognition benchmark.
+            ``"hard/mP@10"``...; metric learning's ``"all/MAP@R"``, ``"all/R-Precision"``), fractions in [0, 1];
+            empty for a place-recognition benchmark.
         predictions: ``[Q, K]`` ranked database indices (``K = max(ks)``, a metric's depth, or the database size).
         curve: Recall@k for every ``k = 1..K``.
         retrieval_set: the evaluated set (paths and ground truth), for pictures and submissions.
