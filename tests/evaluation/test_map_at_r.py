@@ -7,15 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 from aggzoo.data.class_labelled import ClassLabelledImages
 from aggzoo.data.class_retrieval import class_positives, class_retrieval_set
 from aggzoo.data.retrieval_set import RetrievalSet
-from aggzoo.evaluation.loop import search_depth
+from aggzoo.evaluation.extraction import extract_descriptors
+from aggzoo.evaluation.loop import Stages, evaluate_retrieval, search_depth
 from aggzoo.evaluation.metrics.map_at_r import hits_in_first_r, map_at_r_metrics
 from aggzoo.evaluation.metrics.recall import recall_at_k
-from aggzoo.evaluation.options import EvaluationOptions
+from aggzoo.evaluation.options import EvaluationOptions, SearchOptions
+from aggzoo.evaluation.postprocess import PCAWhitening
 from aggzoo.evaluation.report import format_table
 from aggzoo.evaluation.result import result_from_predictions
 from aggzoo.evaluation.search import search, search_without_self
@@ -168,3 +171,51 @@ def test_result_and_table_report_recall_map_at_r_and_r_precision(tmp_path) -> No
     assert metric_header.split()[-4:] == ["MAP@R", "(%)", "R-Precision", "(%)"]
     row = next(line for line in table.splitlines() if line.split()[:2] == ["toy", "all"])
     assert row.split()[-2:] == [f"{100 * result.metrics['all/MAP@R']:.2f}", f"{100 * result.metrics['all/R-Precision']:.2f}"]
+
+
+class MeanColour(torch.nn.Module):
+    """Descriptor = L2-normalised mean RGB (+3, so colours stay apart); counts the images it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(()))
+        self.images_seen = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.images_seen += x.shape[0]
+        return torch.nn.functional.normalize(self.scale * x.mean(dim=(2, 3)) + 3.0, dim=1)
+
+
+def _to_tensor(image: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32) / 255.0)
+
+
+@pytest.mark.parametrize("whiten, store", [(False, "ram"), (True, "ram"), (False, "disk")])
+def test_evaluate_retrieval_searches_a_class_set_once_without_self(tmp_path, whiten: bool, store: str) -> None:
+    rng = np.random.default_rng(4)
+    labels = np.repeat(np.arange(6), 4)
+    centres = rng.integers(40, 200, (6, 3))
+    paths = []
+    for i, label in enumerate(labels):  # each class a colour, its images that colour plus noise
+        colour = np.clip(centres[label] + rng.integers(-30, 31, 3), 0, 255)
+        paths.append(tmp_path / f"{i}.png")
+        Image.new("RGB", (6, 4), tuple(int(v) for v in colour)).save(paths[-1])
+    images = ClassLabelledImages("colours", tuple(paths), labels)
+    benchmark = class_retrieval_set(images)
+    whitening = PCAWhitening.fit(rng.standard_normal((50, 3)).astype(np.float32), 3) if whiten else None
+    options = EvaluationOptions(ks=(1, 2, 4), search=SearchOptions(refine_store=store, refine=5 if store == "disk" else None,
+                                                                   index="Flat" if store == "ram" else "HNSW32"))
+    model = MeanColour()
+    result = evaluate_retrieval(model, benchmark, _to_tensor, options, Stages(whitening=whitening))
+    assert model.images_seen == 24                              # one extraction: the queries are the database
+    descriptors = extract_descriptors(model, paths, _to_tensor)
+    if whitening is not None:
+        descriptors = whitening(descriptors)
+    scores = descriptors.astype(np.float64) @ descriptors.astype(np.float64).T
+    np.fill_diagonal(scores, -np.inf)                           # never itself
+    ranking = np.argsort(-scores, axis=1, kind="stable")[:, :4]  # depth: max(k, R) = 4
+    assert np.array_equal(result.predictions, ranking)
+    expected = map_at_r_metrics(ranking, benchmark.positives)
+    assert result.metrics["all/MAP@R"] == pytest.approx(expected["map_at_r"], abs=1e-12)
+    assert result.recalls == recall_at_k(ranking, benchmark.positives, (1, 2, 4))
+    assert 0 < expected["map_at_r"] < 1
