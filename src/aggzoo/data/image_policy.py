@@ -189,7 +189,7 @@ def check_readable(retrieval_set: RetrievalSet, *, full: bool = False, num_worke
     Run before a long extraction so a bad file stops the job in seconds, not after an hour.
     """
     start = time.perf_counter()
-    paths = (*retrieval_set.database_paths, *retrieval_set.query_paths)
+    paths = retrieval_set.image_paths
     problems = scan_images(paths, full=full, num_workers=num_workers)
     if problems:
         shown = "\n  ".join(f"{paths[i]}: {problems[i]}" for i in sorted(problems)[:10])

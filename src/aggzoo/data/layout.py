@@ -23,6 +23,7 @@ __all__ = [
     "natural_key",
     "require_dir",
     "require_file",
+    "require_images",
     "positive_arrays",
     "positives_within_radius",
 ]
@@ -68,6 +69,18 @@ def require_file(path: Path, what: str, layout: str, source: str) -> Path:
     raise DatasetLayoutError(
         f"{what} not found: {path}.{_layout_hint(path)} Expected layout: {layout}. Data: {source}."
     )
+
+
+def require_images(paths: Sequence[Path], what: str, layout: str, source: str) -> None:
+    """Nothing when every path is a file, else :class:`DatasetLayoutError` counting the missing ones and
+    naming the first three, the layout and the source."""
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        shown = ", ".join(str(p) for p in missing[:3])
+        raise DatasetLayoutError(
+            f"{len(missing)} of {len(paths)} {what} are missing (first: {shown}). "
+            f"Expected layout: {layout}. Data: {source}."
+        )
 
 
 def positive_arrays(

@@ -82,10 +82,15 @@ class RetrievalSet:
         setups: named alternative ground truths over the same images (revisitop: ``"easy"``,
             ``"medium"``, ``"hard"``); ``positives``/``junk`` are the default one (Medium).
         metrics: names of the metrics the benchmark's community reports: ``"recall"`` (Recall@k,
-            place recognition), ``"map"`` and ``"mp"`` (mAP and mP@k, revisited Oxford / Paris).
+            place recognition), ``"map"`` and ``"mp"`` (mAP and mP@k, revisited Oxford / Paris),
+            ``"map_at_r"`` and ``"r_precision"`` (MAP@R and R-Precision, metric learning).
         distractors: how many of the database's last images are distractors appended from a list other
             benchmarks share (the revisitop 1M): never positive or junk; their descriptors can be cached
             across benchmarks (:mod:`aggzoo.evaluation.descriptor_cache`).
+        queries_are_database: the queries are the database images themselves (query ``q`` is database image
+            ``q``; ``query_paths == database_paths``), the metric-learning protocol: descriptors are extracted
+            once and each query's own image is removed from its results (by index), so it is searched against
+            the ``N_db - 1`` others.
     """
 
     name: str
@@ -97,9 +102,14 @@ class RetrievalSet:
     setups: Mapping[str, GroundTruth] | None = None
     metrics: tuple[str, ...] = ("recall",)
     distractors: int = 0
+    queries_are_database: bool = False
 
     def __post_init__(self) -> None:
         owner, num_queries = self.name, len(self.query_paths)
+        if self.queries_are_database and (self.query_paths != self.database_paths or self.query_boxes is not None
+                                          or self.distractors or num_queries < 2):
+            raise ValueError(f"{owner}: queries_are_database needs the same paths as queries and as database, at "
+                             "least two of them, no query box and no distractor")
         if not 0 <= self.distractors <= len(self.database_paths):
             raise ValueError(f"{owner}: distractors must count database images (0..{len(self.database_paths)}), "
                              f"got {self.distractors}")
@@ -125,6 +135,17 @@ class RetrievalSet:
     @property
     def num_queries(self) -> int:
         return len(self.query_paths)
+
+    @property
+    def image_paths(self) -> tuple[Path, ...]:
+        """Every image to read once: the database's, then the queries' (none more when they are the database)."""
+        return self.database_paths if self.queries_are_database else (*self.database_paths, *self.query_paths)
+
+    @property
+    def num_candidates(self) -> int:
+        """How many database images a query is ranked against (its own image left out when
+        ``queries_are_database``)."""
+        return self.num_database - int(self.queries_are_database)
 
     @property
     def queries_without_positive(self) -> int:

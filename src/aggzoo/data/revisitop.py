@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from aggzoo.data.layout import positive_arrays, require_dir, require_file
+from aggzoo.data.layout import positive_arrays, require_dir, require_file, require_images
 from aggzoo.data.retrieval_set import Box, GroundTruth, RetrievalSet
 from aggzoo.data.safe_pickle import load_data_pickle
-from aggzoo.errors import DatasetFormatError, DatasetLayoutError
+from aggzoo.errors import DatasetFormatError
 
 __all__ = ["DATASETS", "R1M_SOURCE", "REVISITOP_LAYOUT", "R1M_LAYOUT", "SETUPS", "load_revisitop", "read_r1m_list"]
 
@@ -105,16 +105,6 @@ def _read_gnd(path: Path) -> tuple[tuple[str, ...], tuple[str, ...], list[Mappin
     return database, queries, entries
 
 
-def _require_images(paths: Sequence[Path], what: str, layout: str, source: str) -> None:
-    missing = [p for p in paths if not p.is_file()]
-    if missing:
-        shown = ", ".join(str(p) for p in missing[:3])
-        raise DatasetLayoutError(
-            f"{len(missing)} of {len(paths)} {what} are missing (first: {shown}). "
-            f"Expected layout: {layout}. Data: {source}."
-        )
-
-
 def read_r1m_list(distractors: str | Path) -> tuple[Path, ...]:
     """The R1M distractor image paths listed in ``<distractors>/revisitop1m.txt``, in its order.
 
@@ -139,7 +129,7 @@ def read_r1m_list(distractors: str | Path) -> tuple[Path, ...]:
         paths.append(image_dir / (name if has_extension else f"{name}.jpg"))
     if not paths:
         raise DatasetFormatError(f"{list_file}: lists no image. Expected layout: {R1M_LAYOUT}.")
-    _require_images([paths[0], paths[-1]], "images checked (the first and the last of revisitop1m.txt)",
+    require_images([paths[0], paths[-1]], "images checked (the first and the last of revisitop1m.txt)",
                     R1M_LAYOUT, R1M_SOURCE)
     return tuple(paths)
 
@@ -184,7 +174,7 @@ def load_revisitop(
     database_names, query_names, entries = _read_gnd(gnd_path)
     database_paths = tuple(image_dir / f"{n}.jpg" for n in database_names)
     query_paths = tuple(image_dir / f"{n}.jpg" for n in query_names)
-    _require_images(database_paths + query_paths, f"images listed in {gnd_path.name}", layout, source)
+    require_images(database_paths + query_paths, f"images listed in {gnd_path.name}", layout, source)
     lists = _lists(entries, len(database_paths), gnd_path)
     boxes = tuple(_box(entry, q, gnd_path) for q, entry in enumerate(entries))
 

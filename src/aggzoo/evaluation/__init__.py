@@ -5,7 +5,8 @@
   :mod:`.binary_codes` -- a model's hashing branch as codes for a binary first stage;
 - :mod:`.index` -- FAISS indexes: exact, approximate, two-stage (an approximate shortlist re-scored exactly);
   :mod:`.search` -- top-k search over them (torch fallback without FAISS, ties by index);
-- :mod:`.metrics` -- Recall@k (place recognition), mAP / mP@k (revisited Oxford/Paris);
+- :mod:`.metrics` -- Recall@k (place recognition), mAP / mP@k (revisited Oxford/Paris), MAP@R / R-Precision
+  (metric learning);
   :mod:`.result` -- one benchmark's result and the metrics its ground truth asks for;
 - :mod:`.test_time` -- model transforms (TLC, multi-scale), PCA-whitening, re-rankers from options;
   :mod:`.postprocess`, :mod:`.late_interaction`, :mod:`.local_rerank` -- the re-rankers themselves;

@@ -28,8 +28,8 @@ from aggzoo.evaluation.extraction import extract_descriptors, model_device, open
 from aggzoo.evaluation.index import binary_refine_message, is_binary_index, row_chunks
 from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.postprocess import PCAWhitening, rerank_metric_check
-from aggzoo.evaluation.result import RANKING_METRICS, RetrievalResult, result_from_predictions
-from aggzoo.evaluation.search import search
+from aggzoo.evaluation.result import RANKING_METRICS, RetrievalResult, at_r_depth, result_from_predictions
+from aggzoo.evaluation.search import search, search_without_self
 
 __all__ = ["Stages", "evaluate_retrieval", "search_depth"]
 
@@ -59,13 +59,14 @@ class Stages:
 
 def search_depth(retrieval_set: RetrievalSet, options: EvaluationOptions, rerank: Any = None) -> int:
     """How many results per query the search returns: the largest Recall@k cut-off or the re-ranker's
-    shortlist, capped at the database size; for a metric of the whole ranking (mAP), every database image
-    (a two-stage search: its shortlist ``refine``, so mAP is then over the top ``M``)."""
+    shortlist, capped at the number of candidates (the database, less the query itself when the queries are the
+    database); for a metric of the whole ranking (mAP), every candidate (a two-stage search: its shortlist
+    ``refine``, so mAP is then over the top ``M``); for MAP@R, the largest number of positives of a query."""
     top_m = getattr(rerank, "top_m", 0) or 0
     depth = max(max(options.ks), top_m)
     if set(retrieval_set.metrics) & set(RANKING_METRICS):
-        depth = max(depth, options.search.refine or retrieval_set.num_database)
-    return min(depth, retrieval_set.num_database)
+        depth = max(depth, options.search.refine or retrieval_set.num_candidates)
+    return min(max(depth, at_r_depth(retrieval_set)), retrieval_set.num_candidates)
 
 
 def evaluate_retrieval(
@@ -112,19 +113,25 @@ def evaluate_retrieval(
         else:
             database = extract(net, retrieval_set.database_paths, transform, extraction, out_path=path,
                                desc=f"{retrieval_set.name} database")
-        queries = extract(net, retrieval_set.query_paths, transform, extraction, desc=f"{retrieval_set.name} queries",
-                          boxes=boxes)
+        # metric learning: the queries are the database images, extracted once
+        self_search = retrieval_set.queries_are_database
+        queries = database if self_search else extract(
+            net, retrieval_set.query_paths, transform, extraction, desc=f"{retrieval_set.name} queries", boxes=boxes)
         codes = None
         if hashing is not None:
             (database, database_codes), (queries, query_codes) = hashing.split(database), hashing.split(queries)
             codes = (database_codes, query_codes)
         if stages.whitening is not None:
-            queries = stages.whitening(queries)
+            queries = None if self_search else stages.whitening(queries)
             whitened = folder / f"{retrieval_set.name}_database_whitened.npy" if search_options.on_disk else None
             database = _map_rows(stages.whitening, database, whitened)
+            queries = database if self_search else queries
         extracted = time.perf_counter()
         k = search_depth(retrieval_set, options, stages.rerank)
-        predictions = search(database, queries, k, search_options, codes=codes)
+        if self_search:  # each query without its own image, removed by index
+            predictions = search_without_self(database, k, search_options, codes=None if codes is None else codes[0])
+        else:
+            predictions = search(database, queries, k, search_options, codes=codes)
         if stages.rerank is not None:
             predictions = stages.rerank(database, queries, predictions,
                                         device=extraction.torch_device or model_device(model))

@@ -68,7 +68,8 @@ def _rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]
 
 
 def _metric_rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]]]:
-    """One row per (benchmark, ground-truth setup) of the results with metrics besides Recall@k (mAP, mP@k)."""
+    """One row per (benchmark, ground-truth setup) of the results with metrics besides Recall@k (mAP, mP@k; MAP@R,
+    R-Precision)."""
     scored = [r for r in results if r.metrics]
     names = sorted({key.split("/", 1)[1] for r in scored for key in r.metrics}, key=_metric_order)
     header = ["benchmark", "setup", "queries", "database", *[f"{n} (%)" for n in names]]
@@ -83,9 +84,11 @@ def _metric_rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[li
     return header, rows
 
 
-def _metric_order(name: str) -> tuple[int, int]:
-    """mAP first, then mP@k by k."""
-    return (0, 0) if name == "mAP" else (1, int(name.rpartition("@")[2] or 0))
+def _metric_order(name: str) -> tuple[int, int, str]:
+    """mAP, then mP@k by k (revisited Oxford / Paris); MAP@R, then R-Precision (metric learning); then any other."""
+    if name.startswith("mP@") and name[3:].isdigit():
+        return (1, int(name[3:]), "")
+    return ({"mAP": 0, "MAP@R": 2, "R-Precision": 3}.get(name, 4), 0, name)
 
 
 def _fixed_width(header: list[str], rows: list[list[str]], text_columns: int = 1) -> str:
@@ -99,8 +102,9 @@ def _fixed_width(header: list[str], rows: list[list[str]], text_columns: int = 1
 
 
 def format_table(results: Sequence[RetrievalResult]) -> str:
-    """Fixed-width tables in percent: Recall@k, one row per place-recognition benchmark; and for benchmarks
-    scored by mAP (revisited Oxford/Paris), mAP and mP@k, one row per benchmark and setup (easy/medium/hard)."""
+    """Fixed-width tables in percent: Recall@k, one row per benchmark that reports it (place recognition, metric
+    learning); and for benchmarks scored by other metrics, one row per benchmark and setup: mAP and mP@k (revisited
+    Oxford/Paris, setups easy/medium/hard), MAP@R and R-Precision (metric learning, setup ``all``)."""
     tables = []
     recall = [r for r in results if r.reports_recall]
     if recall:
@@ -136,8 +140,8 @@ def write_json_document(document: dict[str, Any], path: str | Path) -> Path:
 
 
 def write_markdown(results: Sequence[RetrievalResult], path: str | Path, title: str = "Retrieval results") -> Path:
-    """Markdown tables of Recall@k (and of mAP / mP@k where the benchmark reports them) in percent, with
-    counts; returns the path."""
+    """Markdown tables of Recall@k (and of mAP / mP@k, MAP@R / R-Precision where the benchmark reports them) in
+    percent, with counts; returns the path."""
     lines = [f"# {title}"]
     tables = []
     recall = [r for r in results if r.reports_recall]

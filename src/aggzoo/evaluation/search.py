@@ -9,6 +9,7 @@ torch fallback return the same ranking.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 from aggzoo.evaluation.index import TwoStageIndex, as_float32, build_index, faiss, is_binary_index, metric_of, row_chunks
 from aggzoo.evaluation.options import SearchOptions, check_metric
 
-__all__ = ["search", "search_with_scores"]
+__all__ = ["search", "search_with_scores", "search_without_self", "without_rows"]
 
 
 _EXACT_INDEX_TYPES = {"IndexFlat", "IndexFlatIP", "IndexFlatL2", "GpuIndexFlat", "GpuIndexFlatIP", "GpuIndexFlatL2"}
@@ -161,3 +162,46 @@ def search(
     Without FAISS installed, exact search runs in torch (queries in blocks of 1024).
     """
     return search_with_scores(database, queries, k, options, prebuilt=prebuilt, codes=codes)[1]
+
+
+def without_rows(scores: np.ndarray, indices: np.ndarray, own: Sequence[np.ndarray], k: int,
+                 pad_score: float) -> tuple[np.ndarray, np.ndarray]:
+    """``[Q, k' >= k]`` results -> ``[Q, k]`` without each query's ``own`` database rows (``-1`` pads, scored
+    ``pad_score``)."""
+    out_scores = np.full((indices.shape[0], k), pad_score, dtype=scores.dtype)
+    out_indices = np.full((indices.shape[0], k), -1, dtype=indices.dtype)
+    for q, rows in enumerate(own):
+        keep = ~np.isin(indices[q], rows) & (indices[q] >= 0)
+        kept = np.flatnonzero(keep)[:k]
+        out_indices[q, :kept.size] = indices[q, kept]
+        out_scores[q, :kept.size] = scores[q, kept]
+    return out_scores, out_indices
+
+
+def search_without_self(
+    database: np.ndarray,
+    k: int,
+    options: SearchOptions = SearchOptions(),
+    *,
+    codes: np.ndarray | None = None,
+) -> np.ndarray:
+    """Every database row as a query against all the others (the metric-learning protocol): ``[N, k]`` ids.
+
+    The search returns ``k + 1`` results and each row's own index is removed from them, by index, not by score
+    (a duplicate image scores as high as the query itself); a row whose own index is not among them (an
+    approximate index, or more than ``k`` exact duplicates ranked before it by index) loses its last result.
+
+    Args:
+        database: ``[N, D]`` descriptors, ``N >= 2``.
+        k: results per query, ``1 <= k <= N - 1``.
+        options: as :func:`search`.
+        codes: the database's packed binary codes, for a binary first stage (they are also the queries' codes).
+    """
+    n = len(database)
+    if not 1 <= k <= n - 1:
+        raise ValueError(f"k must be in [1, {n - 1}] (the database size without the query), got {k}")
+    ids = search(database, database, k + 1, options, codes=None if codes is None else (codes, codes))
+    own = ids == np.arange(n)[:, None]
+    missing = ~own.any(axis=1)
+    own[missing, -1] = True  # no own row among the results: drop the last one
+    return ids[~own].reshape(n, k)

@@ -47,7 +47,7 @@ from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.evaluation.extraction import extract_descriptors
 from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.report import plot_predictions
-from aggzoo.evaluation.search import search_with_scores
+from aggzoo.evaluation.search import search_with_scores, without_rows
 
 __all__ = ["SELF_MATCH_CHOICES", "UNLABELLED_LAYOUT", "Predictions", "coordinates_from_names", "image_folder", "predict",
            "readable_images", "same_file_rows", "write_predictions"]
@@ -143,19 +143,6 @@ def same_file_rows(query_paths: Sequence[Path], database_paths: Sequence[Path]) 
     return [np.asarray(rows.get(identity(path), ()), dtype=np.int64) for path in query_paths]
 
 
-def _without_rows(scores: np.ndarray, indices: np.ndarray, own: Sequence[np.ndarray], k: int,
-                  pad_score: float) -> tuple[np.ndarray, np.ndarray]:
-    """``[Q, k' >= k]`` results -> ``[Q, k]`` without each query's ``own`` rows (``-1`` pads)."""
-    out_scores = np.full((indices.shape[0], k), pad_score, dtype=scores.dtype)
-    out_indices = np.full((indices.shape[0], k), -1, dtype=indices.dtype)
-    for q, rows in enumerate(own):
-        keep = ~np.isin(indices[q], rows) & (indices[q] >= 0)
-        kept = np.flatnonzero(keep)[:k]
-        out_indices[q, :kept.size] = indices[q, kept]
-        out_scores[q, :kept.size] = scores[q, kept]
-    return out_scores, out_indices
-
-
 @dataclass
 class Predictions:
     """Top-``k`` database images per query.
@@ -230,7 +217,7 @@ def predict(
     extra = max((rows.size for rows in own), default=0) if self_matches == "exclude" else 0
     scores, indices = search_with_scores(database, queries, min(width + extra, len(database_paths)), options.search)
     if self_matches == "exclude":
-        scores, indices = _without_rows(scores, indices, own, width, np.inf if metric == "l2" else -np.inf)
+        scores, indices = without_rows(scores, indices, own, width, np.inf if metric == "l2" else -np.inf)
     out = Predictions(query_paths, database_paths, indices, scores, descriptor_dim=int(queries.shape[1]), metric=metric,
                       own_rows=own, self_matches=self_matches)
     db_coords, q_coords = coordinates_from_names(database_paths), coordinates_from_names(query_paths)

@@ -80,7 +80,8 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
             results = json.loads((folder / EVAL_RESULTS_FILE).read_text())["results"]
             entry["overrides"] = _overrides(folder)
             entry["test"] = {"trained": {r["name"]: r["recalls"] for r in results}}
-            # the benchmark's other metrics (revisited Oxford/Paris: "<setup>/mAP", "<setup>/mP@k")
+            # the benchmark's other metrics (revisited Oxford/Paris: "<setup>/mAP", "<setup>/mP@k"; metric learning:
+            # "all/MAP@R", "all/R-Precision")
             entry["metrics"] = {r["name"]: r["metrics"] for r in results if r.get("metrics")}
             entry["status"] = "done"
         else:
@@ -97,8 +98,10 @@ def collect_runs(root: str | Path) -> list[dict[str, Any]]:
 def _rows(runs: list[dict[str, Any]], ks: Sequence[int]) -> tuple[list[str], list[list[Any]]]:
     common = common_overrides(runs)
     benchmarks = sorted({name for r in runs for name in (r.get("test", {}).get("trained", {}) or {})})
-    # mAP per setup of the benchmarks scored by it (mP@k stays in each run's results.md: too many columns here)
-    maps = {name: sorted({m for r in runs for m in (r.get("metrics", {}).get(name) or {}) if m.endswith("/mAP")},
+    # mAP per setup of the benchmarks scored by it, MAP@R of the metric-learning ones (mP@k and R-Precision stay in
+    # each run's results.md: too many columns here)
+    maps = {name: sorted({m for r in runs for m in (r.get("metrics", {}).get(name) or {})
+                          if m.endswith(("/mAP", "/MAP@R"))},
                          key=lambda m: ("easy", "medium", "hard").index(m.split("/")[0])
                          if m.split("/")[0] in ("easy", "medium", "hard") else 3)
             for name in benchmarks}

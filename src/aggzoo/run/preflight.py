@@ -46,6 +46,7 @@ from aggzoo.evaluation.index import binary_refine_message, is_binary_index
 from aggzoo.evaluation.metrics.recall import ks_beyond_database
 from aggzoo.evaluation.options import EvaluationOptions
 from aggzoo.evaluation.postprocess import rerank_metric_check
+from aggzoo.evaluation.result import AT_R_METRICS
 from aggzoo.evaluation.test_time import build_reranker
 from aggzoo.hub.builder import build_model
 from aggzoo.models.features import Features
@@ -269,8 +270,11 @@ def benchmark_problems(retrieval_set: RetrievalSet, *, role: str = "benchmark") 
     elif missing:
         notes.append(f"{name}: {missing} of {retrieval_set.num_queries} queries have no positive in the ground "
                      "truth; they count as misses (Recall@k is over all queries, as in the standard protocols)")
+    # A class-labelled set (metric learning) keeps its images in one folder per class, where a file name in
+    # several folders is expected, not the sign of a second extraction.
+    class_labelled = bool(set(retrieval_set.metrics) & set(AT_R_METRICS))
     for part, paths in (("database", retrieval_set.database_paths), ("queries", retrieval_set.query_paths)):
-        duplicated = _duplicate_names(paths)
+        duplicated = [] if class_labelled else _duplicate_names(paths)
         if duplicated:
             example = sorted(str(p) for p in paths if Path(p).name == duplicated[0])
             notes.append(f"{name}: {len(duplicated)} file names occur more than once in its {part} (e.g. "
@@ -292,7 +296,7 @@ def _scan_sets(sets: Mapping[str, RetrievalSet], mode: str, num_workers: int | N
         return []
     problems = []
     for retrieval_set in sets.values():
-        paths = (*retrieval_set.database_paths, *retrieval_set.query_paths)
+        paths = retrieval_set.image_paths
         bad = scan_images(paths, full=mode == "full", num_workers=num_workers)
         if bad:
             shown = "; ".join(f"{paths[i]}: {bad[i]}" for i in sorted(bad)[:5])
