@@ -42,8 +42,8 @@ DINOMIX_SIZE = 224
 
 # DINOv2 ViT-B/14 without the final norm, patch embedding and blocks 0-7 frozen, built for 224 x 224.
 _DINOV2_VITB14_224_BLOCKS = dict(DINOV2_VITB14, img_size=DINOMIX_SIZE, final_norm=False)
-_MIX = head(MixVPR, in_h=DINOMIX_SIZE // 14, in_w=DINOMIX_SIZE // 14, mix_depth=2, mlp_ratio=1.0,
-            out_rows=4)
+# MixVPR with 2 mixers over 16 x 16 positions; its defaults give the rest (out_channels 1024, out_rows 4, mlp_ratio 1).
+_MIX = head(MixVPR, in_h=DINOMIX_SIZE // 14, in_w=DINOMIX_SIZE // 14, mix_depth=2)
 
 
 def convert_dinomix(state: Mapping[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
