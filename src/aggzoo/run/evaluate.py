@@ -36,7 +36,7 @@ from aggzoo.evaluation.protocol import EvalProtocol
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.result import RetrievalResult
 from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, readable_images, write_predictions
-from aggzoo.hub.cfg import PretrainedCfg
+from aggzoo.hub.cfg import PretrainedCfg, split_metric_key
 from aggzoo.models.input_size import size_multiple
 from aggzoo.run.benchmark_config import load_benchmark, load_benchmarks
 from aggzoo.run.config_schema import choice_value
@@ -172,7 +172,8 @@ _MOVED_DATA = ("paths.data_root", "paths.shared_data")
 
 def comparable_published(published: Mapping[str, float] | None, sets: Mapping[str, RetrievalSet],
                          overridden: set[str]) -> dict[str, float]:
-    """The published figures (``"<benchmark>/<metric>" -> percent``) that apply to ``sets`` as loaded: those of a
+    """The published figures (``"<benchmark>/R@<k>"``, ``"<benchmark>/<setup>/<metric>"`` -> percent:
+    :func:`~aggzoo.hub.cfg.split_metric_key`) that apply to ``sets`` as loaded: those of a
     benchmark whose files were moved on the command line (``benchmark.<name>.*``, ``paths.data_root``,
     ``paths.shared_data``) are another dataset's, so they are dropped, with a note saying why."""
     if not published:
@@ -180,7 +181,7 @@ def comparable_published(published: Mapping[str, float] | None, sets: Mapping[st
     kept = dict(published)
     for name, retrieval_set in sets.items():
         moved = sorted(k for k in overridden if k.startswith(f"benchmark.{name}.") or k in _MOVED_DATA)
-        figures = [key for key in published if key.rsplit("/", 1)[0] in (name, retrieval_set.name)]
+        figures = [key for key in published if split_metric_key(key)[0] in (name, retrieval_set.name)]
         if moved and figures:
             for key in figures:
                 kept.pop(key, None)
