@@ -94,6 +94,8 @@ class DescriptorCache:
                           "tlc_train_size": test_time.tlc_train_size,
                           **({"multiscale_interpolation": test_time.multiscale_interpolation}
                              if test_time.multiscale_interpolation != "bicubic" else {}),
+                          **({"multiple": test_time.multiple}
+                             if test_time.multiple is not None and tuple(test_time.scales) != (1.0,) else {}),
                           **({"pooling": test_time.pooling, "relu_floor": test_time.relu_floor}
                              if test_time.pooling is not None else {})},
             "images": len(paths),

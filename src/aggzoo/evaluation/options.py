@@ -129,6 +129,9 @@ class TestTimeOptions:
         pooling: ``"superglobal"``: SuperGlobal's GeM+ with regional GeM in place of a GeM head's pooling
             (:func:`aggzoo.models.superglobal.superglobal_model`); ``None``: the model's own.
         relu_floor: with ``pooling="superglobal"``, its ReLU+ floor in a ResNet backbone (0.014); ``None``: ReLUs kept.
+        multiple: the side multiple each scale's size is rounded to (the protocol's, ``evaluation.protocol.multiple``);
+            ``None``: the model's (:func:`~aggzoo.models.input_size.size_multiple`); 1 floors the sizes as
+            torchvision / cirtorch / SuperGlobal do.
     """
 
     scales: tuple[float, ...] = (1.0,)
@@ -137,6 +140,7 @@ class TestTimeOptions:
     tlc_train_size: int | tuple[int, ...] | None = None
     pooling: str | None = None
     relu_floor: float | None = 0.014
+    multiple: int | None = None
 
     def __post_init__(self) -> None:
         if self.pooling not in (None, "superglobal"):

@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 PROTOCOL_KEYS = {"protocol.image_size": "image_size", "protocol.side": "side", "protocol.resize": "resize",
                  "protocol.interpolation": "interpolation", "protocol.mean": "mean", "protocol.std": "std",
                  "protocol.descriptor_dim": "descriptor_dim", "search.metric": "metric",
-                 "postprocess.whitening_kind": "whitening_kind"}
+                 "postprocess.whitening_kind": "whitening_kind", "protocol.multiple": "multiple"}
 
 
 # -- the model and its protocol --------------------------------------------------------------------
@@ -225,7 +225,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     batch_size = int(cfg.eval_batch_size) if protocol.fixed_size else 1  # images keep their own sizes otherwise
     options = evaluation_options(cfg, metric=protocol.metric, whitening_kind=protocol.whitening_kind,
                                  whitening_source=whitening_fit_source(cfg, load_benchmark))
-    options = replace(options, extraction=replace(options.extraction, batch_size=batch_size, device=str(device)))
+    options = replace(options, extraction=replace(options.extraction, batch_size=batch_size, device=str(device)),
+                      test_time=replace(options.test_time, multiple=protocol.multiple))
     if cfg.get("database") or cfg.get("queries"):
         run_unlabelled(cfg, model, protocol, options, meta)
         return []
