@@ -19,7 +19,7 @@ from aggzoo.models.multiscale import MultiScale
 from aggzoo.models.superglobal import superglobal_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "convert"))
-from official_layouts import authors_layout, save  # noqa: E402
+from official_layouts import authors_layout, save
 
 
 def _random_authors_file(path: Path) -> Path:

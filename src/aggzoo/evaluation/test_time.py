@@ -40,8 +40,8 @@ def test_time_model(model: nn.Module, options: TestTimeOptions = TestTimeOptions
         size = int(tlc) if isinstance(tlc, int) else tuple(int(s) for s in tlc)
         model = convert_tlc(copy.deepcopy(model), size)  # a converted copy: the caller's model is unchanged
     if tuple(options.scales) != (1.0,):
-        model = MultiScale(model, options.scales, reduce=options.multiscale_reduce, multiple=options.multiple or size_multiple(model),
-                           interpolation=options.multiscale_interpolation)
+        model = MultiScale(model, options.scales, reduce=options.multiscale_reduce,
+                           multiple=options.multiple or size_multiple(model), interpolation=options.multiscale_interpolation)
     return model
 
 
