@@ -1,4 +1,4 @@
-"""CVNet's released ``CVNet_Rerank`` checkpoints (R50, R101): a file with the layout dumped from the authors' module
+"""CVNet's released ``CVNet_Rerank`` checkpoints (R50, R101) and cirtorch's ResNet-101 ``-gem-w`` networks: a file with the layout dumped from the authors' module
 (``layouts/cvnet_r{50,101}.json``) loads into ``cvnet_resnet*.official``, every global-network tensor where it
 belongs (pycls names -> timm's, the stem's input channels flipped BGR -> RGB), the re-ranking network dropped.
 
@@ -58,3 +58,27 @@ def test_the_cfgs_state_the_authors_protocol() -> None:
         cfg = aggzoo.list_pretrained(f"cvnet_resnet{depth}.official", with_cfg=True)[0]
         assert cfg.out_dim == 2048 and cfg.remap_name == "aggzoo.zoo.cvnet.convert_cvnet"
         assert cfg.filename == f"CVPR2022_CVNet_R{depth}.pyth"
+
+
+# -- cnnimageretrieval-pytorch's ResNet-101 GeM + whitening networks -----------------------------------------------
+
+_CHILD = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3", "7": "layer4"}
+
+
+@pytest.mark.parametrize("tag", ["gl18_tl", "rsfm120k_tl"])
+def test_cirtorch_gem_w_places_every_tensor(tmp_path: Path, tag: str) -> None:
+    upstream = fill(authors_layout("cirtorch_resnet101_gem_w"))
+    path = save({"state_dict": upstream, "epoch": 1}, tmp_path / "gl18-tl-resnet101-gem-w.pth")
+    model = aggzoo.create_model(f"gem_fc_resnet101.{tag}", checkpoint_path=path)
+
+    def target(key: str) -> str:
+        if key == "pool.p":
+            return "head.pool.p"
+        if key.startswith("whiten."):
+            return key.replace("whiten.", "head.fc.")
+        index, _, rest = key.removeprefix("features.").partition(".")
+        return f"backbone.model.{_CHILD[index]}.{rest}"
+
+    assert_placed(model, upstream, {key: target(key) for key in upstream})
+    cfg = model.pretrained_cfg
+    assert cfg.metrics["roxford5k/medium/mAP"] > cfg.metrics["roxford5k/hard/mAP"]  # the README's M and H columns
