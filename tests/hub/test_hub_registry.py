@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 import aggzoo
-from aggzoo.cli.models import pretrained_table
+from aggzoo.cli.models import describe, pretrained_table
 from aggzoo.errors import (
     ConfigError,
     StateDictMismatchError,
@@ -285,3 +285,14 @@ def test_strict_loading_of_a_wrong_variant_names_the_keys(tiny_registered: str, 
     save_file(dict(model.state_dict()), str(path))
     with pytest.raises(StateDictMismatchError, match=r"head.centroids checkpoint \(4, 112\) vs model \(64, 112\)"):
         aggzoo.create_model("netvlad_efficientnet_lite0", checkpoint_path=path)
+
+
+def test_the_table_and_info_show_published_map_per_setup() -> None:
+    """cirtorch's README multi-scale table (gl18-tl-resnet101-gem-w: ROxf M 67.3 H 44.3, RPar M 80.6 H 61.5)."""
+    table = pretrained_table("gem_fc_resnet101.*").splitlines()
+    assert table[0].endswith("| mAP (published) |")
+    row = next(line for line in table if line.startswith("| gem_fc_resnet101.gl18_tl "))
+    assert row.endswith("| roxford5k M 67.3 H 44.3, rparis6k M 80.6 H 61.5 |")
+    assert "mAP" not in pretrained_table("salad_*").splitlines()[0]  # no column where no weights publish mAP
+    info = describe("gem_fc_resnet101.gl18_tl")
+    assert "roxford5k/medium/mAP: 67.3" in info and "rparis6k/hard/mAP: 61.5" in info
