@@ -21,8 +21,9 @@ Upstream facts of the released checkpoints (sungonce/CVNet @ 5f5bf24):
 - ``test/test_model.py``, ``core/config.py``: images unresized (revisitop's, long side <= 1024; queries cropped to
   their box); scales ``TEST.SCALE_LIST = [0.7071, 1.0, 1.4142]`` (OpenCV INTER_AREA below 1, INTER_LINEAR above),
   the L2-normalised descriptors averaged and L2-normalised (``test/test_utils.py``); inner-product search.
-  (The nearest protocol here: ``preset=revisited evaluation.test_time.scales=[0.7071,1.0,1.4142]``; the cfg states
-  the single-scale 1024 x 768 of a landscape revisitop image.)
+  (The nearest protocol here: ``preset=revisited evaluation.test_time.scales=[0.7071,1.0,1.4142]
+  evaluation.test_time.multiscale_interpolation=bilinear evaluation.protocol.multiple=1``; the cfg states the
+  single-scale 1024 x 768 of a landscape revisitop image.)
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def _cvnet_cfg(depth: int) -> PretrainedCfg:
         metrics={},
         notes=f"The global network of CVNet_Rerank R{depth} (the re-ranking network's keys are dropped). The authors "
               "evaluate unresized revisitop images at scales 0.7071, 1, 1.4142 (mean): preset=revisited "
-              "evaluation.test_time.scales=[0.7071,1.0,1.4142]; SuperGlobal's pipeline: preset=superglobal. "
+              "evaluation.test_time.scales=[0.7071,1.0,1.4142] evaluation.test_time.multiscale_interpolation=bilinear "
+              "evaluation.protocol.multiple=1; SuperGlobal's pipeline: preset=superglobal. "
               "Published mAP not recorded yet: the paper's tables could not be read here (no figure is typed from "
               "memory); the file name in the Drive folder is the one SuperGlobal's scripts expect, unpinned.",
     )
