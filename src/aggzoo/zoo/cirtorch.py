@@ -72,7 +72,8 @@ pretrained_cfgs = {
         notes="mAP: the README's multi-scale table (test_e2e.py, scales 1, sqrt(2), 1/sqrt(2), long side 1024): "
               "evaluate with preset=revisited evaluation.test_time.scales=[1.0,1.4142,0.7071] "
               "evaluation.test_time.multiscale_interpolation=bilinear evaluation.protocol.multiple=1 (aggzoo "
-              "antialiases the 1/sqrt(2) scale, the authors' F.interpolate does not). The file's sha256 is not pinned (not downloaded here).",
+              "antialiases the 1/sqrt(2) scale, the authors' F.interpolate does not). "
+              "The file's sha256 is not pinned (not downloaded here).",
     )
     for tag, (data, path, oxf_m, par_m, oxf_h, par_h) in _RELEASES.items()
 }
