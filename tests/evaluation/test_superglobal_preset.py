@@ -68,3 +68,28 @@ def test_eval_py_with_the_superglobal_preset(tmp_path: Path) -> None:
         expected = expected_model(x)[0].numpy()
     database = np.load(out / "descriptors_roxford5k.npz")["database"]
     np.testing.assert_allclose(database[0], expected, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_preset_on_a_head_without_gem_is_one_error_line(tmp_path: Path) -> None:
+    from revisitop_files import write_revisitop
+    from robustness.entry_helpers import run_entry
+
+    write_revisitop(tmp_path / "data" / "roxford5k")
+    result = run_entry(["model=netvlad_efficientnet_lite0.synthetic", "benchmark=roxford5k", "preset=superglobal",
+                        "evaluation.outputs.pictures=false", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
+                       script="eval.py")
+    assert result.returncode != 0
+    assert "error: evaluation.test_time.pooling=superglobal replaces a GeM pooling; the NetVLAD head has none" \
+        in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_test_time_choices_are_config_errors() -> None:
+    from aggzoo.errors import ConfigError
+    from aggzoo.evaluation.options import TestTimeOptions
+
+    with pytest.raises(ConfigError, match="pooling='gem_plus' is not a pooling swap"):
+        TestTimeOptions(pooling="gem_plus")
+    with pytest.raises(ConfigError, match="multiscale_interpolation='area'"):
+        TestTimeOptions(multiscale_interpolation="area")
