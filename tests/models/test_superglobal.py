@@ -58,3 +58,21 @@ def test_heads_without_gem_and_non_resnets_are_refused() -> None:
     with pytest.raises(ConfigError, match="ReLU\\+.*relu_floor=null"):
         superglobal_model(aggzoo.create_model("gem_efficientnet_lite0"))
     assert isinstance(superglobal_model(aggzoo.create_model("gem_efficientnet_lite0"), relu_floor=None).head, GeMPlus)
+
+
+def test_gem_fc_matches_the_authors_superglobal_pooling() -> None:
+    """Against a fixture made by SuperGlobal's own ``rgem`` and ``gemp`` modules (and CVNet's head FC) on a
+    ``[2, 16, 7, 6]`` map (tests/convert/fixtures/superglobal_pooling.safetensors; source in its metadata)."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    path = Path(__file__).resolve().parents[1] / "convert" / "fixtures" / "superglobal_pooling.safetensors"
+    with safe_open(str(path), "pt") as file:
+        assert "ShihaoShao-GH/SuperGlobal@" in file.metadata()["source"]
+    tensors = load_file(str(path))
+    head = GeMFC(16, out_dim=5)
+    head.fc.load_state_dict({"weight": tensors["fc.weight"], "bias": tensors["fc.bias"]})
+    out = head.with_superglobal_pooling().eval()(Features(maps=(tensors["x"],)))
+    torch.testing.assert_close(out, tensors["expected"], rtol=0, atol=1e-6)
