@@ -27,13 +27,15 @@ def jpeg_of_noise(path: Path, seed: int, size: tuple[int, int] = (64, 48)) -> No
     Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(path, quality=95)
 
 
-def write_revisitop(root: Path, dataset: str = "roxford5k") -> Path:
+def write_revisitop(root: Path, dataset: str = "roxford5k", scale: int = 1) -> Path:
     """A revisitop-layout folder: ``jpg/`` (the 8 :data:`DATABASE` and 3 :data:`QUERIES` images, query 0
-    200x120, the others 64x48) and ``gnd_<dataset>.pkl`` holding :data:`GND` with numpy index arrays."""
+    200x120, the others 64x48, every side times ``scale``) and ``gnd_<dataset>.pkl`` holding :data:`GND` with numpy
+    index arrays (the boxes times ``scale``)."""
     (root / "jpg").mkdir(parents=True)
     for i, name in enumerate(DATABASE + QUERIES):
-        jpeg_of_noise(root / "jpg" / f"{name}.jpg", seed=i, size=(200, 120) if name == QUERIES[0] else (64, 48))
-    entries = [{"bbx": np.array(g["bbx"]), **{k: np.array(g[k], dtype=np.int64) for k in ("easy", "hard", "junk")}}
+        width, height = (200, 120) if name == QUERIES[0] else (64, 48)
+        jpeg_of_noise(root / "jpg" / f"{name}.jpg", seed=i, size=(width * scale, height * scale))
+    entries = [{"bbx": np.array(g["bbx"]) * scale, **{k: np.array(g[k], dtype=np.int64) for k in ("easy", "hard", "junk")}}
                for g in GND]
     with (root / f"gnd_{dataset}.pkl").open("wb") as file:
         pickle.dump({"imlist": DATABASE, "qimlist": QUERIES, "gnd": entries}, file)

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
 import aggzoo
-from aggzoo.cli.models import pretrained_table
+from aggzoo.cli.models import describe, pretrained_table
 from aggzoo.errors import (
     ConfigError,
     StateDictMismatchError,
@@ -26,7 +26,7 @@ from aggzoo.errors import (
     WeightsUnavailableError,
 )
 from aggzoo.hub import builder, registry
-from aggzoo.hub.cfg import PretrainedCfg
+from aggzoo.hub.cfg import PretrainedCfg, split_metric_key
 from aggzoo.zoo import _backbones as _specs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,7 +90,9 @@ def test_official_entries_show_source_licence_and_published_recall() -> None:
         assert cfg.remap is not None and cfg.remap_name.startswith("aggzoo.zoo.")
         assert cfg.source != "(no weights)" and cfg.license and cfg.paper and cfg.code
         assert cfg.out_dim and cfg.input_size[0] == 3
-        assert all(k.endswith("/R@1") for k in cfg.metrics)
+        # place recognition: R@1; image retrieval: mAP per setup ("roxford5k/medium/mAP")
+        assert all(k.endswith("/R@1") or split_metric_key(k)[1:] in {("medium", "mAP"), ("hard", "mAP")}
+                   for k in cfg.metrics), cfg.name
     # REFERENCE.md section 5 figures, on the default tags.
     expected = {
         "convap_resnet50.official": {"pitts30k_test/R@1": 90.5, "msls_val/R@1": 83.5, "nordland/R@1": 42.6},
@@ -285,3 +287,14 @@ def test_strict_loading_of_a_wrong_variant_names_the_keys(tiny_registered: str, 
     save_file(dict(model.state_dict()), str(path))
     with pytest.raises(StateDictMismatchError, match=r"head.centroids checkpoint \(4, 112\) vs model \(64, 112\)"):
         aggzoo.create_model("netvlad_efficientnet_lite0", checkpoint_path=path)
+
+
+def test_the_table_and_info_show_published_map_per_setup() -> None:
+    """cirtorch's README multi-scale table (gl18-tl-resnet101-gem-w: ROxf M 67.3 H 44.3, RPar M 80.6 H 61.5)."""
+    table = pretrained_table("gem_fc_resnet101.*").splitlines()
+    assert table[0].endswith("| mAP (published) |")
+    row = next(line for line in table if line.startswith("| gem_fc_resnet101.gl18_tl "))
+    assert row.endswith("| roxford5k M 67.3 H 44.3, rparis6k M 80.6 H 61.5 |")
+    assert "mAP" not in pretrained_table("salad_*").splitlines()[0]  # no column where no weights publish mAP
+    info = describe("gem_fc_resnet101.gl18_tl")
+    assert "roxford5k/medium/mAP: 67.3" in info and "rparis6k/hard/mAP: 61.5" in info

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aggzoo.cli.reporting import reported_user_errors
-from aggzoo.hub.cfg import PretrainedCfg, split_name
+from aggzoo.hub.cfg import PretrainedCfg, split_metric_key, split_name
 from aggzoo.hub.factory import create_model, is_model, list_models, list_pretrained, model_entrypoint
 from aggzoo.hub.registry import get_pretrained_cfg
 from aggzoo.run.model_by_name import model_to_evaluate
@@ -19,14 +19,30 @@ __all__ = ["describe", "info_main", "main", "pretrained_table"]
 
 def pretrained_table(pattern: str = "*") -> str:
     """A Markdown table of the weights matching ``pattern``: descriptor size, input size, source,
-    licence and the recorded R@1 figures."""
-    rows = ["| name | D | input | source | licence | R@1 (published or measured) |", "|---|---|---|---|---|---|"]
-    for cfg in list_pretrained(pattern, with_cfg=True):
+    licence and the recorded R@1 figures; where any of them records per-setup mAP (revisited Oxford / Paris), a
+    column of those too."""
+    cfgs = list_pretrained(pattern, with_cfg=True)
+    maps = [_setup_maps(cfg) for cfg in cfgs]
+    with_map = any(maps)
+    header = ["name", "D", "input", "source", "licence", "R@1 (published or measured)"] + (["mAP (published)"] * with_map)
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for cfg, setup_maps in zip(cfgs, maps):
         recalls = ", ".join(f"{k.removesuffix('/R@1')} {v:g}" for k, v in cfg.metrics.items() if k.endswith("/R@1"))
         size = "x".join(str(v) for v in cfg.input_size[1:])
         cells = [cfg.name, cfg.out_dim or "?", size, cfg.source, cfg.license or "?", recalls or "-"]
+        cells += [setup_maps or "-"] * with_map
         rows.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(rows)
+
+
+def _setup_maps(cfg: PretrainedCfg) -> str:
+    """``"roxford5k M 67.3 H 44.3, rparis6k M 80.6 H 61.5"``: the cfg's ``<benchmark>/<setup>/mAP`` figures."""
+    by_benchmark: dict[str, list[str]] = {}
+    for key, value in cfg.metrics.items():
+        benchmark, setup, metric = split_metric_key(key)
+        if setup is not None and metric == "mAP":
+            by_benchmark.setdefault(benchmark, []).append(f"{setup[0].upper()} {value:g}")
+    return ", ".join(f"{benchmark} {' '.join(values)}" for benchmark, values in by_benchmark.items())
 
 
 def describe(name: str) -> str:

@@ -24,6 +24,7 @@ from aggzoo.evaluation.report import (
     plot_recall_curves,
     plot_retrievals,
     published_figures,
+    published_setup_figures,
     record_published,
     write_json,
     write_markdown,
@@ -59,8 +60,9 @@ def evaluate_benchmarks(
             ``None``).
         meta: extra fields for ``results.json`` (model, protocol, checkpoint...).
         published: the model's published figures (a :class:`~aggzoo.hub.cfg.PretrainedCfg`'s ``metrics``:
-            ``"<benchmark>/R@<k>" -> percent``), recorded beside ours in each result of a benchmark they name
-            (by its config name or its own name): ``published`` and ``delta``.
+            ``"<benchmark>/R@<k>"`` and ``"<benchmark>/<setup>/<metric>"`` -> percent), recorded beside ours in
+            each result of a benchmark they name (by its config name or its own name): ``published`` and ``delta``
+            (Recall@k), ``published_metrics`` and ``delta_metrics`` (per setup: mAP, mP@k).
         extractor: extracts the descriptors in place of
             :func:`~aggzoo.evaluation.extraction.extract_descriptors` (e.g. sharded across DDP ranks).
         cache: where database descriptors are reused across runs (:class:`~aggzoo.evaluation.loop.Stages`).
@@ -93,7 +95,9 @@ def evaluate_benchmarks(
         result = evaluate_retrieval(eval_model, retrieval_set, transform, options,
                                     Stages(whitening=whitening, rerank=set_rerank, extractor=extractor,
                                            cache=cache))
-        record_published(result, published_figures(published or {}, (name, result.name)))
+        names = (name, result.name)
+        record_published(result, published_figures(published or {}, names),
+                         published_setup_figures(published or {}, names))
         if set_rerank is not reranker:
             result.extras[reranker.stats_key] = set_rerank.stats
         results.append(result)

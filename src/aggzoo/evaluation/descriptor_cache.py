@@ -91,7 +91,13 @@ class DescriptorCache:
             "precision": extraction.precision,
             "channels_last": bool(extraction.channels_last),
             "test_time": {"scales": list(test_time.scales), "multiscale_reduce": test_time.multiscale_reduce,
-                          "tlc_train_size": test_time.tlc_train_size},
+                          "tlc_train_size": test_time.tlc_train_size,
+                          **({"multiscale_interpolation": test_time.multiscale_interpolation}
+                             if test_time.multiscale_interpolation != "bicubic" else {}),
+                          **({"multiple": test_time.multiple}
+                             if test_time.multiple is not None and tuple(test_time.scales) != (1.0,) else {}),
+                          **({"pooling": test_time.pooling, "relu_floor": test_time.relu_floor}
+                             if test_time.pooling is not None else {})},
             "images": len(paths),
             "paths_sha256": hashlib.sha256("\n".join(str(p) for p in paths).encode()).hexdigest(),
         }

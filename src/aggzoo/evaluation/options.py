@@ -124,12 +124,31 @@ class TestTimeOptions:
     Attributes:
         scales: multi-scale extraction, e.g. ``(0.707, 1.0, 1.414)``; ``(1.0,)``: one scale.
         multiscale_reduce: how the scales' descriptors are combined (``"mean"``, ``"max"``...).
+        multiscale_interpolation: how each scale resizes the image tensor (``"bicubic"``; SuperGlobal: ``"bilinear"``).
         tlc_train_size: the training size; converts the model with TLC first (``None``: no conversion).
+        pooling: ``"superglobal"``: SuperGlobal's GeM+ with regional GeM in place of a GeM head's pooling
+            (:func:`aggzoo.models.superglobal.superglobal_model`); ``None``: the model's own.
+        relu_floor: with ``pooling="superglobal"``, its ReLU+ floor in a ResNet backbone (0.014); ``None``: ReLUs kept.
+        multiple: the side multiple each scale's size is rounded to (the protocol's, ``evaluation.protocol.multiple``);
+            ``None``: the model's (:func:`~aggzoo.models.input_size.size_multiple`); 1 floors the sizes as
+            torchvision / cirtorch / SuperGlobal do.
     """
 
     scales: tuple[float, ...] = (1.0,)
     multiscale_reduce: str = "mean"
+    multiscale_interpolation: str = "bicubic"
     tlc_train_size: int | tuple[int, ...] | None = None
+    pooling: str | None = None
+    relu_floor: float | None = 0.014
+    multiple: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.pooling not in (None, "superglobal"):
+            raise ConfigError(f"evaluation.test_time.pooling={self.pooling!r} is not a pooling swap: "
+                              "superglobal (SuperGlobal's GeM+ and regional GeM) or null")
+        if self.multiscale_interpolation not in ("bicubic", "bilinear"):
+            raise ConfigError(f"evaluation.test_time.multiscale_interpolation={self.multiscale_interpolation!r}: "
+                              "choose bicubic or bilinear")
 
 
 @dataclass(frozen=True)
@@ -258,4 +277,7 @@ class EvaluationOptions:
                 "whitening_l2": whitening.l2 if whitening is not None else None,
                 "rerank": vars(reranker) if reranker is not None else None, "scales": list(test_time.scales),
                 "multiscale_reduce": test_time.multiscale_reduce,
+                "multiscale_interpolation": test_time.multiscale_interpolation,
+                "pooling": test_time.pooling,
+                "relu_floor": test_time.relu_floor if test_time.pooling == "superglobal" else None,
                 "tlc_train_size": None if tlc is None else list(tlc) if isinstance(tlc, Sequence) else [int(tlc)]}

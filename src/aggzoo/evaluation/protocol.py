@@ -103,7 +103,9 @@ class _PILResize:
 
     def __repr__(self) -> str:
         size = f"size={self.size}" if self.size is not None else f"{self.side}_side={self.side_length}"
-        return f"protocol_transform({size}, {self.interpolation}, antialias)"
+        # the multiple sizes a side (the descriptor cache keys by this text); said only where it snaps per image
+        snapped = f", multiple={self.multiple}" if self.size is None and self.multiple != 1 else ""
+        return f"protocol_transform({size}{snapped}, {self.interpolation}, antialias)"
 
 
 def protocol_transform(
@@ -142,7 +144,7 @@ def _as_size(value: Any) -> Any:
 
 #: the fields of :class:`EvalProtocol` a caller may override (``eval.py evaluation.<field>=...``)
 PROTOCOL_FIELDS = ("image_size", "side", "resize", "interpolation", "mean", "std", "descriptor_dim", "metric",
-                   "whitening_kind")
+                   "whitening_kind", "multiple")
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,10 @@ class EvalProtocol:
         values = {k: v for k, v in overrides.items() if v is not None}
         if "image_size" in values:
             values["image_size"] = _as_size(values["image_size"])
+        if "multiple" in values:
+            values["multiple"] = int(values["multiple"])
+            if values["multiple"] < 1:
+                raise ConfigError(f"evaluation.protocol.multiple must be >= 1, got {values['multiple']}")
         for key in ("mean", "std"):
             if key in values:
                 values[key] = tuple(float(v) for v in values[key])

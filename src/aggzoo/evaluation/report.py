@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 from aggzoo.evaluation.result import RetrievalResult
+from aggzoo.hub.cfg import split_metric_key
 
 __all__ = [
     "format_table", "to_json", "write_json", "write_markdown", "plot_recall_curves", "plot_retrievals", "pick_queries",
     "recall_curves_figure", "retrievals_figure", "figure_rgb", "grid_rows_caption",
-    "plot_predictions", "published_figures", "query_label", "record_published",
+    "plot_predictions", "published_figures", "published_setup_figures", "query_label", "record_published",
     "write_json_document",
 ]
 
@@ -32,20 +33,42 @@ def published_figures(metrics: Mapping[str, float], names: Sequence[str]) -> dic
     :class:`~aggzoo.hub.cfg.PretrainedCfg`'s ``metrics`` (``"<benchmark>/R@<k>" -> percent``)."""
     out: dict[int, float] = {}
     for key, value in metrics.items():
-        benchmark, _, k = key.rpartition("/R@")
-        if benchmark in names and k.isdigit():
+        benchmark, setup, metric = split_metric_key(key)
+        k = metric.removeprefix("R@")
+        if benchmark in names and setup is None and metric.startswith("R@") and k.isdigit():
             out[int(k)] = float(value)
     return out
 
 
-def record_published(result: RetrievalResult, published: Mapping[int, float]) -> None:
+def published_setup_figures(metrics: Mapping[str, float], names: Sequence[str]) -> dict[str, float]:
+    """The published per-setup figures (percent) of a benchmark known by any of ``names``, keyed as
+    :attr:`RetrievalResult.metrics` keys them: ``"roxford5k/medium/mAP"`` -> ``{"medium/mAP": ...}``."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        benchmark, setup, metric = split_metric_key(key)
+        if benchmark in names and setup is not None:
+            out[f"{setup}/{metric}"] = float(value)
+    return out
+
+
+def record_published(result: RetrievalResult, published: Mapping[int, float],
+                     setups: Mapping[str, float] | None = None) -> None:
     """Put the published figures (percent) and ours minus them (points) into ``result.extras``, so
-    that ``results.json`` carries them and the tables show a ``published`` and a ``delta`` column (R@1)."""
-    if not published:
-        return
-    result.extras["published"] = {str(k): v for k, v in sorted(published.items())}
-    result.extras["delta"] = {str(k): round(100 * result.recalls[k] - v, 2) + 0.0  # + 0.0: no "-0.0"
-                              for k, v in sorted(published.items()) if k in result.recalls}
+    that ``results.json`` carries them and the tables show a ``published`` and a ``delta`` column: Recall@k
+    (``published`` / ``delta``, by k; the table shows R@1) and the per-setup metrics (``published_metrics`` /
+    ``delta_metrics``, by ``"<setup>/<metric>"``; the table shows mAP)."""
+    if published:
+        result.extras["published"] = {str(k): v for k, v in sorted(published.items())}
+        result.extras["delta"] = {str(k): _points(100 * result.recalls[k] - v)
+                                  for k, v in sorted(published.items()) if k in result.recalls}
+    if setups:
+        result.extras["published_metrics"] = dict(setups)
+        result.extras["delta_metrics"] = {key: _points(100 * result.metrics[key] - v)
+                                          for key, v in setups.items() if key in result.metrics}
+
+
+def _points(value: float) -> float:
+    return round(value, 2) + 0.0  # + 0.0: no "-0.0"
 
 
 def _rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]]]:
@@ -69,10 +92,13 @@ def _rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]
 
 def _metric_rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[list[str]]]:
     """One row per (benchmark, ground-truth setup) of the results with metrics besides Recall@k (mAP, mP@k; MAP@R,
-    R-Precision)."""
+    R-Precision), with the published mAP of that setup and ours minus it where the model's cfg publishes one."""
     scored = [r for r in results if r.metrics]
     names = sorted({key.split("/", 1)[1] for r in scored for key in r.metrics}, key=_metric_order)
     header = ["benchmark", "setup", "queries", "database", *[f"{n} (%)" for n in names]]
+    with_published = any("published_metrics" in r.extras for r in scored)
+    if with_published:
+        header += ["published mAP", "delta"]
     rows = []
     for r in scored:
         setups = list(dict.fromkeys(key.split("/", 1)[0] for key in r.metrics))
@@ -80,7 +106,12 @@ def _metric_rows(results: Sequence[RetrievalResult]) -> tuple[list[str], list[li
         for setup in setups:
             values = [f"{100 * r.metrics[f'{setup}/{n}']:.2f}" if f"{setup}/{n}" in r.metrics else "-" for n in names]
             queries = counts.get(setup, {}).get("queries", r.num_queries)
-            rows.append([r.name, setup, str(queries), str(r.num_database), *values])
+            row = [r.name, setup, str(queries), str(r.num_database), *values]
+            if with_published:
+                published = r.extras.get("published_metrics", {}).get(f"{setup}/mAP")
+                delta = r.extras.get("delta_metrics", {}).get(f"{setup}/mAP")
+                row += [f"{published:.2f}" if published is not None else "-", f"{delta:+.2f}" if delta is not None else "-"]
+            rows.append(row)
     return header, rows
 
 

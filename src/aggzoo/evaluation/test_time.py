@@ -21,6 +21,7 @@ from aggzoo.evaluation.options import ExtractionOptions, PostprocessOptions, Rer
 from aggzoo.evaluation.postprocess import WHITENING_KINDS, PCAWhitening, SuperGlobalRerank, check_whitening_kind
 from aggzoo.models.input_size import size_multiple
 from aggzoo.models.multiscale import MultiScale
+from aggzoo.models.superglobal import superglobal_model
 from aggzoo.models.tlc import convert_tlc
 
 __all__ = ["RERANKERS", "build_reranker", "fit_whitening", "test_time_model", "whitening_of"]
@@ -30,13 +31,17 @@ RERANKERS = ("superglobal", "instance_tokens", "mutual_nn")
 
 
 def test_time_model(model: nn.Module, options: TestTimeOptions = TestTimeOptions()) -> nn.Module:
-    """``model`` with the test-time options applied: TLC (a converted copy) and multi-scale pooling."""
+    """``model`` with the test-time options applied: SuperGlobal's pooling and ReLU+ (a converted copy), TLC (a
+    converted copy) and multi-scale pooling."""
+    if options.pooling == "superglobal":
+        model = superglobal_model(model, relu_floor=options.relu_floor)
     if options.tlc_train_size is not None:
         tlc = options.tlc_train_size
         size = int(tlc) if isinstance(tlc, int) else tuple(int(s) for s in tlc)
         model = convert_tlc(copy.deepcopy(model), size)  # a converted copy: the caller's model is unchanged
     if tuple(options.scales) != (1.0,):
-        model = MultiScale(model, options.scales, reduce=options.multiscale_reduce, multiple=size_multiple(model))
+        model = MultiScale(model, options.scales, reduce=options.multiscale_reduce,
+                           multiple=options.multiple or size_multiple(model), interpolation=options.multiscale_interpolation)
     return model
 
 

@@ -21,7 +21,7 @@ import torch
 from huggingface_hub import hf_hub_url
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-__all__ = ["PretrainedCfg", "RemapFn", "split_name"]
+__all__ = ["METRIC_SETUPS", "PretrainedCfg", "RemapFn", "split_metric_key", "split_name"]
 
 #: A named key-remapping function: ``(checkpoint state dict, target model) -> state dict in the
 #: target's key names``. It may read the target's shapes (to resample a position embedding) but
@@ -33,6 +33,23 @@ def split_name(name: str) -> tuple[str, str | None]:
     """``"salad_dinov2_vitb14.official"`` -> ``("salad_dinov2_vitb14", "official")``; no tag -> ``None``."""
     architecture, dot, tag = name.partition(".")
     return architecture, (tag if dot else None)
+
+
+#: the ground-truth setups of a metric key ``"<benchmark>/<setup>/<metric>"`` (revisited Oxford / Paris)
+METRIC_SETUPS = ("easy", "medium", "hard")
+
+
+def split_metric_key(key: str) -> tuple[str, str | None, str]:
+    """A :attr:`PretrainedCfg.metrics` key -> ``(benchmark, setup, metric)``.
+
+    ``"pitts30k_test/R@1"`` -> ``("pitts30k_test", None, "R@1")``; ``"roxford5k/medium/mAP"`` ->
+    ``("roxford5k", "medium", "mAP")`` (the setup is one of :data:`METRIC_SETUPS`); a key without a ``/`` has
+    no benchmark (``("", None, key)``)."""
+    head, _, metric = key.rpartition("/")
+    benchmark, _, setup = head.rpartition("/")
+    if benchmark and setup in METRIC_SETUPS:
+        return benchmark, setup, metric
+    return head, None, metric
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -77,8 +94,16 @@ class PretrainedCfg:
             ``PCA.transform``, no L2; :mod:`aggzoo.evaluation.postprocess`).
 
     Provenance: out_dim (descriptor size), recipe (the experiment config or command that made
-    it), license, paper (title + arXiv id), code (origin repository), metrics (``"<benchmark>/R@1"``
-    -> percent, as published or as measured by the recipe), notes.
+    it), license, paper (title + arXiv id), code (origin repository), metrics (percent, as published or as
+    measured by the recipe; where from goes into ``notes``), notes.
+
+    Keys of ``metrics`` (:func:`split_metric_key`): ``"<benchmark>/R@<k>"`` for place recognition
+    (``"pitts30k_test/R@1"``); ``"<benchmark>/<setup>/<metric>"`` for benchmarks scored per ground-truth
+    setup, the setup one of :data:`METRIC_SETUPS` and the metric as the evaluation names it (revisited
+    Oxford / Paris: ``"roxford5k/medium/mAP"``, ``"rparis6k/hard/mAP"``, ``"roxford5k/hard/mP@10"``).
+    ``<benchmark>`` is the ``conf/benchmark`` name (or the set's own name); ``eval.py model=<name>`` shows
+    the figures of the benchmarks it evaluates beside its own, with their difference (``published`` /
+    ``delta`` columns: R@1 in the Recall@k table, mAP per setup in the mAP table).
     """
 
     architecture: str = ""

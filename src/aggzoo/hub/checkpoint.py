@@ -154,8 +154,9 @@ def _unsafe_reason(message: str) -> str:
 
 # Containers that training scripts wrap a state dict in, most specific first: Lightning saves
 # {"state_dict": ...}; the deep-visual-geo-localization-benchmark family (ImAge, EDTformer,
-# CricaVPR) saves {"model_state_dict": ...}; several others save {"model": ...}.
-_CONTAINER_KEYS = ("state_dict", "model_state_dict", "model")
+# CricaVPR) saves {"model_state_dict": ...}; pycls and its descendants (DELG-pytorch, CVNet) save
+# {"model_state": ...}; several others save {"model": ...}.
+_CONTAINER_KEYS = ("state_dict", "model_state_dict", "model_state", "model")
 _DATA_PARALLEL = "module."
 # A LightningModule of our own pipeline holds the VPRModel as ``self.model``.
 _LIGHTNING_MODEL = "model."
@@ -165,8 +166,8 @@ _OUR_ROOTS = ("backbone.", "head.")
 def unwrap_checkpoint(obj: object) -> dict[str, Tensor]:
     """The state dict inside whatever a training script saved.
 
-    Accepts a raw state dict, Lightning's ``{"state_dict": ...}``, ``{"model_state_dict": ...}``
-    and ``{"model": ...}``; removes the ``module.`` prefix ``nn.DataParallel`` adds; and, for a
+    Accepts a raw state dict, Lightning's ``{"state_dict": ...}``, ``{"model_state_dict": ...}``,
+    pycls' ``{"model_state": ...}`` and ``{"model": ...}``; removes the ``module.`` prefix ``nn.DataParallel`` adds; and, for a
     checkpoint of aggzoo's own Lightning module (keys ``model.backbone.*`` / ``model.head.*``),
     keeps the model's keys without the ``model.`` prefix (loss or metric state is dropped).
     """

@@ -36,7 +36,7 @@ from aggzoo.evaluation.protocol import EvalProtocol
 from aggzoo.evaluation.report import format_table, write_json
 from aggzoo.evaluation.result import RetrievalResult
 from aggzoo.evaluation.unlabelled import Predictions, image_folder, predict, readable_images, write_predictions
-from aggzoo.hub.cfg import PretrainedCfg
+from aggzoo.hub.cfg import PretrainedCfg, split_metric_key
 from aggzoo.models.input_size import size_multiple
 from aggzoo.run.benchmark_config import load_benchmark, load_benchmarks
 from aggzoo.run.config_schema import choice_value
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 PROTOCOL_KEYS = {"protocol.image_size": "image_size", "protocol.side": "side", "protocol.resize": "resize",
                  "protocol.interpolation": "interpolation", "protocol.mean": "mean", "protocol.std": "std",
                  "protocol.descriptor_dim": "descriptor_dim", "search.metric": "metric",
-                 "postprocess.whitening_kind": "whitening_kind"}
+                 "postprocess.whitening_kind": "whitening_kind", "protocol.multiple": "multiple"}
 
 
 # -- the model and its protocol --------------------------------------------------------------------
@@ -172,7 +172,8 @@ _MOVED_DATA = ("paths.data_root", "paths.shared_data")
 
 def comparable_published(published: Mapping[str, float] | None, sets: Mapping[str, RetrievalSet],
                          overridden: set[str]) -> dict[str, float]:
-    """The published figures (``"<benchmark>/<metric>" -> percent``) that apply to ``sets`` as loaded: those of a
+    """The published figures (``"<benchmark>/R@<k>"``, ``"<benchmark>/<setup>/<metric>"`` -> percent:
+    :func:`~aggzoo.hub.cfg.split_metric_key`) that apply to ``sets`` as loaded: those of a
     benchmark whose files were moved on the command line (``benchmark.<name>.*``, ``paths.data_root``,
     ``paths.shared_data``) are another dataset's, so they are dropped, with a note saying why."""
     if not published:
@@ -180,7 +181,7 @@ def comparable_published(published: Mapping[str, float] | None, sets: Mapping[st
     kept = dict(published)
     for name, retrieval_set in sets.items():
         moved = sorted(k for k in overridden if k.startswith(f"benchmark.{name}.") or k in _MOVED_DATA)
-        figures = [key for key in published if key.rsplit("/", 1)[0] in (name, retrieval_set.name)]
+        figures = [key for key in published if split_metric_key(key)[0] in (name, retrieval_set.name)]
         if moved and figures:
             for key in figures:
                 kept.pop(key, None)
@@ -224,7 +225,8 @@ def evaluate(cfg: DictConfig) -> list[RetrievalResult]:
     batch_size = int(cfg.eval_batch_size) if protocol.fixed_size else 1  # images keep their own sizes otherwise
     options = evaluation_options(cfg, metric=protocol.metric, whitening_kind=protocol.whitening_kind,
                                  whitening_source=whitening_fit_source(cfg, load_benchmark))
-    options = replace(options, extraction=replace(options.extraction, batch_size=batch_size, device=str(device)))
+    options = replace(options, extraction=replace(options.extraction, batch_size=batch_size, device=str(device)),
+                      test_time=replace(options.test_time, multiple=protocol.multiple))
     if cfg.get("database") or cfg.get("queries"):
         run_unlabelled(cfg, model, protocol, options, meta)
         return []

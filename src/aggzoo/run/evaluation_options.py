@@ -53,7 +53,8 @@ def evaluation_options(cfg: DictConfig, *, metric: str = "ip", whitening_kind: s
     null; ``whitening_source``: ``evaluation.postprocess.whitening_fit`` resolved to images or a benchmark."""
     extraction = _known("extraction", _node(cfg, "extraction"),
                         ("descriptor_dtype", "precision", "progress", "cache_dir"))
-    test_time = _known("test_time", _node(cfg, "test_time"), ("scales", "multiscale_reduce", "tlc_train_size"))
+    test_time = _known("test_time", _node(cfg, "test_time"), ("scales", "multiscale_reduce", "multiscale_interpolation",
+                                                                    "tlc_train_size", "pooling", "relu_floor"))
     search = _known("search", _node(cfg, "search"),
                     ("metric", "index", "search_params", "refine", "refine_store", "store_dir", "use_gpu"))
     post = _known("postprocess", _node(cfg, "postprocess"),

@@ -30,6 +30,7 @@ from torch import Tensor
 from aggzoo.layers.pooling import GEM_P_LR_MULTIPLIER, GeMPool
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
+from aggzoo.models.heads.gemplus import GeMPlus
 
 __all__ = ["GeM", "L2_PLACEMENTS"]
 
@@ -68,6 +69,11 @@ class GeM(Head):
             x = F.normalize(x, dim=1)
         pooled = self.pool(x)
         return F.normalize(pooled, dim=-1) if self.l2 == "after_pool" else pooled
+
+    def with_superglobal_pooling(self) -> GeMPlus:
+        """SuperGlobal's pooling in place of this GeM (its test-time swap,
+        :func:`aggzoo.models.superglobal.superglobal_model`): regional GeM, GeM+ with p fixed at 4.6, L2."""
+        return GeMPlus(self.in_channels)
 
     def no_weight_decay(self) -> set[str]:
         return {"pool.p"}
