@@ -155,7 +155,10 @@ class TwoStageIndex:
             m = min(max(self.shortlist, k), self.ntotal)
             params = faiss.IndexRefineSearchParameters()
             params.k_factor = (m + 0.5) / k  # FAISS truncates k * k_factor: exactly m candidates
-            return self.first.search(queries, k, params=params)
+            # faiss.contrib.torch_utils (imported by pytorch-metric-learning's AccuracyCalculator) replaces
+            # Index.search with a wrapper that takes no ``params``; the numpy original stays as search_numpy.
+            search = getattr(self.first, "search_numpy", self.first.search)
+            return search(queries, k, params=params)
         candidates = self.shortlists(queries, k, first_queries)
         scores, ids = _rescore(self.vectors, queries, candidates, k, metric=self.metric)
         return (-scores if self.metric == "l2" else scores), ids
