@@ -73,6 +73,7 @@ class FoLOutputs:
         assignment: ``[B, m, n]`` the transport plan ``P`` (dustbin dropped).
         guidance: ``[B, n]`` the thresholded attention ``G``.
         patches: ``[B, C, n]`` the patch features, L2-normalised per location.
+        grid: ``(h, w)`` of the patch map.
     """
 
     descriptor: Tensor
@@ -84,6 +85,7 @@ class FoLOutputs:
     assignment: Tensor
     guidance: Tensor
     patches: Tensor
+    grid: tuple[int, int]
 
 
 class FoL(Head):
@@ -181,7 +183,7 @@ class FoL(Head):
         return FoLOutputs(descriptor=descriptor, local=self.select_local(dense, weights, grid),
                           dense_local=F.normalize(dense, dim=-1), region_weights=weights, confidence=confidence,
                           importance=importance, assignment=plan, guidance=guidance,
-                          patches=F.normalize(x.flatten(2), dim=1))
+                          patches=F.normalize(x.flatten(2), dim=1), grid=grid)
 
     def local_features(self, features: Features) -> Tensor:
         """``[B, L, l]``: the reliable regions' local features (unit, zero rows after them), chosen by the
