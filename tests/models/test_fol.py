@@ -174,3 +174,16 @@ def test_method_fol_builds_the_fol_reranker() -> None:
     reranker = build_reranker(RerankOptions(method="fol"))
     assert reranker == fol_rerank() and reranker.top_k == 100 and reranker.min_similarity == 0.7
     assert reranker.local_dtype == "float32" and build_reranker(RerankOptions(method="fol", k=20)).top_k == 20
+
+
+def test_preflight_names_the_backbone_that_gives_the_class_attention() -> None:
+    from aggzoo.run.preflight import declared_needs_problem
+
+    backbone = TimmBackbone("test_vit", dynamic_img_size=True).eval()
+    head = FoL(backbone.out_channels, num_clusters=4)
+    with torch.no_grad():
+        features = backbone(torch.randn(1, 3, 48, 48))
+    assert "backbone=fol_dinov2_vitb14" in declared_needs_problem(head, backbone, features)
+    attention_backbone = ClassAttentionViT("test_vit", dynamic_img_size=True).eval()
+    with torch.no_grad():
+        assert declared_needs_problem(head, attention_backbone, attention_backbone(torch.randn(1, 3, 48, 48))) is None
