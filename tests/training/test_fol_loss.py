@@ -88,3 +88,18 @@ def test_fol_loss_trains_what_upstream_trains() -> None:
         assert grad is not None and grad.abs().sum() > 0, name
     # The KL term reaches the last block's attention (the importance), as upstream's loss_kl_2 does.
     assert model.backbone.model.blocks[-1].attn.qkv.weight.grad.abs().sum() > 0
+
+
+def test_head_fp32_keeps_the_class_attention() -> None:
+    from aggzoo.training.module import VPRLightningModule
+
+    torch.manual_seed(0)
+    model = VPRModel(ClassAttentionViT("test_vit", dynamic_img_size=True),
+                     functools.partial(FoL, num_clusters=4, cluster_dim=8, token_dim=8, num_selected=6, local_dim=8))
+    module = VPRLightningModule(model, loss=_loss().metric, optimizer=functools.partial(torch.optim.AdamW, lr=1e-4),
+                                head_fp32=True)
+    seen = {}
+    model.head.register_forward_pre_hook(lambda mod, args: seen.__setitem__("attention", args[0].cls_attention.dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        descriptors = module.describe(torch.randn(2, 3, 48, 48))
+    assert seen["attention"] == torch.float32 and torch.isfinite(descriptors).all()

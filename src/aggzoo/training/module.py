@@ -117,9 +117,13 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 
 def _features_to_float(features: Features) -> Features:
-    return Features(maps=tuple(m.float() for m in features.maps),
-                    cls=features.cls.float() if features.cls is not None else None,
-                    tokens=features.tokens.float() if features.tokens is not None else None)
+    def as_float(tensor: Tensor | None) -> Tensor | None:
+        return tensor.float() if tensor is not None else None
+
+    return Features(maps=tuple(m.float() for m in features.maps), cls=as_float(features.cls),
+                    tokens=as_float(features.tokens),
+                    cls_levels=tuple(c.float() for c in features.cls_levels) if features.cls_levels is not None else None,
+                    cls_attention=as_float(features.cls_attention))
 
 
 class VPRLightningModule(L.LightningModule):
