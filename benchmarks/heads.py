@@ -10,7 +10,7 @@ backbones (batch 8), each input the head can take by what its class declares (``
 - ``cnn-ml``: the same network's layer1..layer3, for multi-level heads (``min_levels > 1``),
   ``maps=([8, 256, 80, 80], [8, 512, 40, 40], [8, 1024, 20, 20])``;
 - ``dinov2``: ViT-B/14 at 322x322, ``maps=([8, 768, 23, 23],)``, ``cls=[8, 768]``,
-  ``tokens=[8, 8, 768]``: the only input of heads that read the CLS token or aggregation tokens,
+  ``tokens=[8, 8, 768]``, ``cls_attention=[8, 529]``: the only input of heads that read the CLS token or aggregation tokens,
   and the second one of single-level heads that need neither.
 
 Columns: forward latency (eval, no_grad) and forward+backward latency (train mode, gradients for
@@ -74,10 +74,15 @@ def synthetic_features(kind: str, *, batch: int = BATCH, seed: int = 0, requires
     cls_levels = None
     if "cls" in spec:  # a ViT: the CLS of every returned block
         cls_levels = tuple(torch.randn(batch, spec["cls"], generator=gen).requires_grad_(requires_grad) for _ in maps)
+    cls_attention = None
+    if "cls" in spec:  # the last block's class-to-patch attention: a softmax row per head, 12 heads summed
+        _, h, w = spec["maps"][-1]
+        cls_attention = 12 * torch.randn(batch, h * w, generator=gen).softmax(dim=-1)
     tokens = None
     if "tokens" in spec:
         tokens = torch.randn(batch, *spec["tokens"], generator=gen).requires_grad_(requires_grad)
-    return Features(maps=tuple(maps), cls=cls_levels[-1] if cls_levels else None, tokens=tokens, cls_levels=cls_levels)
+    return Features(maps=tuple(maps), cls=cls_levels[-1] if cls_levels else None, tokens=tokens, cls_levels=cls_levels,
+                    cls_attention=cls_attention)
 
 
 def feature_info(kind: str) -> list[dict[str, Any]]:

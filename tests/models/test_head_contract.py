@@ -7,7 +7,7 @@ state-dict round trip, bf16 autocast on CPU without NaN, and its declarations (`
 ``no_weight_decay()``, ``lr_multipliers()``) hold.
 
 The backbone and image size come from those declarations, never from a list of head names:
-``test_vit`` for a head that reads the CLS token, ``test_vit`` with inserted aggregation tokens for
+``test_vit`` for a head that reads the CLS token (its class attention too: ``ClassAttentionViT``), ``test_vit`` with inserted aggregation tokens for
 one that reads tokens, ``test_resnet`` with several ``out_indices`` for a multi-level head and cut
 after its stride-16 stage otherwise; the image is sized for the head's fixed map size or its
 minimum number of local features.
@@ -29,6 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
+from aggzoo.models.backbones.class_attention import ClassAttentionViT
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
 from aggzoo.models.data_init import DATA_INIT_METHODS, DataInitDeclaring
 from aggzoo.models.features import Features
@@ -58,6 +59,8 @@ def head_partial(config_path: Path) -> functools.partial:
 
 
 def _backbone_for(head_cls: type[Head]) -> tuple[type[TimmBackbone], str, dict[str, Any]]:
+    if head_cls.needs_cls_attention:
+        return ClassAttentionViT, "test_vit", {"dynamic_img_size": True}
     if head_cls.needs_tokens:
         return AggregationTokenViT, "test_vit", {"insert_before_block": 4, "dynamic_img_size": True}
     if head_cls.needs_cls:  # a multi-level ViT head reads the deepest blocks

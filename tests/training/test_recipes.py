@@ -27,7 +27,7 @@ TABLE_ROW = {"convap_resnet50": "ConvAP R50", "mixvpr_resnet50": "MixVPR R50", "
              "boq_dinov2": "BoQ DINOv2", "image_dinov2": "ImAge", "boq_resnet50": None,
              "cosplace_resnet50": None, "netvlad_resnet50": None, "edtformer_dinov2": None,
              "supervlad_dinov2": None, "cricavpr_dinov2": None, "salad_cliquemining": None,
-             "selavprpp_dinov2": None}
+             "selavprpp_dinov2": None, "fol_dinov2": None}
 #: recipe -> its row label in REFERENCE.md section 5 (descriptor size in parentheses)
 RESULT_ROW = {"convap_resnet50": "ResNet50-ConvAP", "mixvpr_resnet50": "ResNet50-MixVPR",
               "salad_dinov2": "DINOv2-SALAD", "boq_dinov2": "DINOv2-BoQ", "boq_resnet50": "ResNet50-BoQ",
@@ -148,7 +148,8 @@ def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> Non
     else:  # DINOv2: SALAD trains the last 4 blocks + final norm, BoQ the last 2 without it, ImAge 8-11,
         # EDTformer none (its LoPA adapters beside the frozen ViT train instead)
         expected = {"salad_dinov2": 4, "salad_cliquemining": 4, "boq_dinov2": 2, "image_dinov2": 4, "edtformer_dinov2": 0,
-                    "supervlad_dinov2": 4, "cricavpr_dinov2": 0, "selavprpp_dinov2": 0}[recipe]
+                    "supervlad_dinov2": 4, "cricavpr_dinov2": 0, "selavprpp_dinov2": 0,
+                    "fol_dinov2": 4}[recipe]
         assert _trainable_blocks(model) == expected
         assert cfg.backbone.get("final_norm", True) == (recipe != "boq_dinov2")
         if recipe == "edtformer_dinov2":
@@ -176,7 +177,7 @@ HEAD_FIT = {"mixvpr_resnet50": ["head.in_h=2", "head.in_w=3"], "salad_dinov2": [
             # clique mining with the model being trained (the recipe's released SALAD is not here), a 2-batch pool
             "salad_cliquemining": ["++head.num_clusters=4", "data.clique_mining.descriptor_model=null",
                                    "data.clique_mining.num_batches=2"],
-            "cricavpr_dinov2": ["++head.grids=[1,2]"]}  # a 2 x 3 map at 32 x 48 holds no 3 x 3 grid
+            "cricavpr_dinov2": ["++head.grids=[1,2]"], "fol_dinov2": ["++head.num_clusters=4"]}  # a 2 x 3 map at 32 x 48 holds no 3 x 3 grid
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

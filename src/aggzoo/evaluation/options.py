@@ -217,7 +217,8 @@ class RerankOptions:
 
     Attributes:
         method: ``None``; ``"superglobal"`` (or ``True``, or a mapping of ``SuperGlobalRerank`` arguments);
-            ``"instance_tokens"`` (late interaction); ``"mutual_nn"`` (SelaVPR's local features).
+            ``"instance_tokens"`` (late interaction); ``"mutual_nn"`` (SelaVPR's local features); ``"fol"``
+            (FoL's reliable-region local features, mutual matches above cosine 0.7).
         k: the shortlist re-ranked (``None``: 400 for SuperGlobal, 100 for the others).
         tokens: ``K`` instance tokens kept per image (``"instance_tokens"``).
     """

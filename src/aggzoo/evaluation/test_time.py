@@ -16,7 +16,7 @@ from aggzoo.data.retrieval_set import RetrievalSet
 from aggzoo.errors import ConfigError
 from aggzoo.evaluation.extraction import extract_descriptors
 from aggzoo.evaluation.late_interaction import InstanceTokenRerank
-from aggzoo.evaluation.local_rerank import MutualNNRerank
+from aggzoo.evaluation.local_rerank import MutualNNRerank, fol_rerank
 from aggzoo.evaluation.options import ExtractionOptions, PostprocessOptions, RerankOptions, TestTimeOptions
 from aggzoo.evaluation.postprocess import WHITENING_KINDS, PCAWhitening, SuperGlobalRerank, check_whitening_kind
 from aggzoo.models.input_size import size_multiple
@@ -27,7 +27,7 @@ from aggzoo.models.tlc import convert_tlc
 __all__ = ["RERANKERS", "build_reranker", "fit_whitening", "test_time_model", "whitening_of"]
 
 #: ``evaluation.rerank.method=<name>``: the re-rankers chosen by name (``true`` / a mapping is SuperGlobal)
-RERANKERS = ("superglobal", "instance_tokens", "mutual_nn")
+RERANKERS = ("superglobal", "instance_tokens", "mutual_nn", "fol")
 
 
 def test_time_model(model: nn.Module, options: TestTimeOptions = TestTimeOptions()) -> nn.Module:
@@ -92,6 +92,8 @@ def build_reranker(options: RerankOptions) -> SuperGlobalRerank | InstanceTokenR
         return InstanceTokenRerank(top_m=100 if k is None else int(k), tokens=int(options.tokens))
     if method == "mutual_nn":  # SelaVPR: its local features, top 100 by default
         return MutualNNRerank(top_k=100 if k is None else int(k))
+    if method == "fol":  # FoL: its reliable regions' local features, matches above cosine 0.7, top 100
+        return fol_rerank(top_k=100 if k is None else int(k))
     if method is True or method == "superglobal":
         return SuperGlobalRerank() if k is None else SuperGlobalRerank(top_m=int(k))
     if isinstance(method, str):

@@ -59,8 +59,13 @@ def dustbin_log_marginals(num_clusters: int, num_features: int, *, device: torch
 
 
 def add_dustbin(scores: Tensor, dustbin: Tensor) -> Tensor:
-    """``S: [B, m, n]`` and a scalar ``z`` -> ``[S; z 1^T]: [B, m + 1, n]`` (differentiable in ``z``)."""
+    """``S: [B, m, n]`` and a scalar ``z`` -> ``[S; z 1^T]: [B, m + 1, n]`` (differentiable in ``z``); or a
+    dustbin score per feature ``z: [B, n]`` (FoL: ``1 - guidance``) -> ``[S; z]``."""
     batch, _, num_features = scores.shape
+    if dustbin.ndim == 2:
+        if tuple(dustbin.shape) != (batch, num_features):
+            raise ValueError(f"a per-feature dustbin must be [B, n] = [{batch}, {num_features}], got {tuple(dustbin.shape)}")
+        return torch.cat([scores, dustbin.to(scores.dtype).unsqueeze(1)], dim=1)
     bin_row = dustbin.to(scores.dtype).reshape(1, 1, 1).expand(batch, 1, num_features)
     return torch.cat([scores, bin_row], dim=1)
 
@@ -90,7 +95,7 @@ def log_optimal_transport(scores: Tensor, dustbin: Tensor, *, num_iters: int = 3
 
     Args:
         scores: ``S: [B, m, n]`` feature-to-cluster scores (any float dtype, autocast or not).
-        dustbin: scalar dustbin score ``z`` (SALAD learns it, init 1).
+        dustbin: scalar dustbin score ``z`` (SALAD learns it, init 1), or one per feature ``[B, n]`` (FoL).
         num_iters: Sinkhorn iterations (SALAD: 3).
         reg: entropic regularisation ``epsilon`` (SALAD: 1).
 

@@ -180,6 +180,9 @@ def declared_needs_problem(head: Head, backbone: nn.Module, features: Features) 
     if head.needs_cls and features.cls is None:
         return (f"{name} needs a ViT backbone with a CLS token (features.cls); backbone {source} gives none: "
                 f"use backbone={_CLS_BACKBONE} (or another timm ViT)")
+    if head.needs_cls_attention and features.cls_attention is None:
+        return (f"{name} reads the last block's class-token attention (features.cls_attention); backbone {source} "
+                "gives none: use backbone=fol_dinov2_vitb14 (ClassAttentionViT)")
     if head.needs_tokens and features.tokens is None:
         return (f"{name} reads aggregation tokens (features.tokens); backbone {source} inserts none: "
                 f"use backbone={_TOKENS_BACKBONE} (AggregationTokenViT)")

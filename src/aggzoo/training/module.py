@@ -117,9 +117,13 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 
 def _features_to_float(features: Features) -> Features:
-    return Features(maps=tuple(m.float() for m in features.maps),
-                    cls=features.cls.float() if features.cls is not None else None,
-                    tokens=features.tokens.float() if features.tokens is not None else None)
+    def as_float(tensor: Tensor | None) -> Tensor | None:
+        return tensor.float() if tensor is not None else None
+
+    return Features(maps=tuple(m.float() for m in features.maps), cls=as_float(features.cls),
+                    tokens=as_float(features.tokens),
+                    cls_levels=tuple(c.float() for c in features.cls_levels) if features.cls_levels is not None else None,
+                    cls_attention=as_float(features.cls_attention))
 
 
 class VPRLightningModule(L.LightningModule):
@@ -208,13 +212,25 @@ class VPRLightningModule(L.LightningModule):
         if isinstance(batch, Mapping):
             return self._clique_training_step(batch)
         images, labels = batch  # [P_local, K, 3, H, W], [P_local, K]
-        descriptors = self.describe(images.flatten(0, 1))
         labels = labels.flatten()
+        if getattr(self.loss, "reads_head_outputs", False):
+            return self._head_outputs_step(images.flatten(0, 1), labels)
+        descriptors = self.describe(images.flatten(0, 1))
         loss = self._half_loss(descriptors, labels)
         self.log("train/loss", loss, prog_bar=True, batch_size=labels.numel())
         self.log("train/mined_fraction", self.loss.last_mined_fraction, batch_size=labels.numel())
         # No rescaling under gather_loss: every rank computes the same global loss L, the all-gather's
         # backward sums the W ranks' dL/d(own rows) (W x the true gradient) and DDP's mean divides by W.
+        return loss
+
+    def _head_outputs_step(self, images: Tensor, labels: Tensor) -> Tensor:
+        """A loss over the head's whole output record (FoL's :class:`~aggzoo.training.losses.FoLLoss`: local
+        features, region weights, attention), on this rank's batch; each term logged as ``train/<term>_loss``."""
+        loss = self.loss(self.model.head.outputs(self.model.backbone(images)), labels)
+        self.log("train/loss", loss, prog_bar=True, batch_size=labels.numel())
+        for name, value in getattr(self.loss, "last_terms", {}).items():
+            self.log(f"train/{name}_loss", value, batch_size=labels.numel())
+        self.log("train/mined_fraction", self.loss.last_mined_fraction, batch_size=labels.numel())
         return loss
 
     def _half_loss(self, descriptors: Tensor, labels: Tensor) -> Tensor:

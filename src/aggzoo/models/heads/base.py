@@ -39,6 +39,8 @@ class Head(DataInitDeclaring, nn.Module):
     - :attr:`needs_cls`: it reads ``features.cls`` (a ViT backbone with a class token);
     - :attr:`needs_tokens`: it reads ``features.tokens`` (a backbone that inserts aggregation tokens),
       :attr:`required_tokens` of them;
+    - :attr:`needs_cls_attention`: it reads ``features.cls_attention`` (the last block's class-to-patch
+      attention: :class:`~aggzoo.models.backbones.class_attention.ClassAttentionViT`, FoL);
     - :attr:`min_levels`: the fewest backbone levels (``features.maps``) it fuses;
     - :attr:`map_size_args` / :attr:`required_map_size`: the constructor arguments that fix the size
       of the last map, and the one ``(H, W)`` this instance was built for (MixVPR's ``in_h``/``in_w``);
@@ -57,6 +59,8 @@ class Head(DataInitDeclaring, nn.Module):
     needs_cls: ClassVar[bool] = False
     #: reads ``features.tokens`` (aggregation tokens inserted by the backbone)
     needs_tokens: ClassVar[bool] = False
+    #: reads ``features.cls_attention`` (the last block's class-to-patch attention)
+    needs_cls_attention: ClassVar[bool] = False
     #: the fewest backbone levels it fuses (2 for multi-level heads such as AFA/IDA)
     min_levels: ClassVar[int] = 1
     data_init: ClassVar[DataInit] = "none"
