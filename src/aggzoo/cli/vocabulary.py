@@ -11,17 +11,21 @@ are written to ``--out`` (safetensors), which loads with ``aggzoo.create_model(<
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from torch import nn
+
 from aggzoo.cli.reporting import reported_user_errors
 from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images
 from aggzoo.errors import DatasetLayoutError
+from aggzoo.hub.builder import build_model
 from aggzoo.hub.factory import create_model, is_model
 from aggzoo.training.vocabulary import VocabularyOptions, fit_vocabulary, save_vocabulary
 
-__all__ = ["images_in", "main"]
+__all__ = ["images_in", "main", "with_clusters"]
 
 _LAYOUT = f"a folder holding image files ({', '.join(IMAGE_EXTENSIONS)}; sub-folders are searched too)"
 
@@ -38,6 +42,18 @@ def images_in(folder: str | Path) -> tuple[Path, ...]:
         raise DatasetLayoutError(f"image folder {folder} holds no image files (found {found or 'nothing'}). "
                                  f"Expected {_LAYOUT}")
     return images
+
+
+def with_clusters(model: nn.Module, clusters: int | None) -> nn.Module:
+    """``model`` (read from a file), or the same backbone under a fresh head of ``clusters`` centres when its
+    head has another number (the file's head tensors cannot load into a vocabulary of another size)."""
+    if clusters is None or getattr(model.head, "kmeans_clusters", None) == clusters:
+        return model
+    spec = copy.deepcopy(model.aggzoo_spec)
+    spec["head"]["num_clusters"] = clusters
+    rebuilt = build_model(spec, pretrained_backbone=False)
+    rebuilt.backbone.load_state_dict(model.backbone.state_dict())
+    return rebuilt
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "aggzoo vocabulary") -> int:
@@ -59,11 +75,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "aggzoo vocabulary") -> 
     args = parser.parse_args(argv)
     with reported_user_errors():
         images = images_in(args.folder)
-        overrides = {} if args.clusters is None else {"num_clusters": args.clusters}
         if is_model(args.model):  # a registered name: its backbone's own pretrained weights
+            overrides = {} if args.clusters is None else {"num_clusters": args.clusters}
             model = create_model(args.model, pretrained_backbone=True, **overrides)
         else:
-            model = create_model(args.model, **overrides)
+            model = with_clusters(create_model(args.model), args.clusters)
         options = VocabularyOptions(image_size=tuple(args.image_size), every=args.every, niter=args.niter,
                                     seed=args.seed, batch_size=args.batch_size, num_workers=args.workers,
                                     device=args.device)
