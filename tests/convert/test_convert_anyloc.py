@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import aggzoo
+from aggzoo.cli.main import main
 from aggzoo.errors import StateDictMismatchError
 from aggzoo.hub.checkpoint import BARE_TENSOR_KEY
 from aggzoo.hub.factory import get_pretrained_cfg
@@ -84,3 +85,14 @@ def test_a_file_that_is_not_a_vocabulary_is_refused_in_one_message(tmp_path: Pat
     vector = ol.save(torch.zeros(1536), tmp_path / "vector.pt")
     with pytest.raises(StateDictMismatchError, match=r"float \[num_clusters, channels\]"):
         load_checkpoint(model, vector, remap=cfg.remap, contents=cfg.contents)
+
+
+def test_models_and_info_commands_show_the_vocabularies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["models", "anyloc*"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| anyloc")]
+    assert sorted(row.split(" | ")[0][2:] for row in rows) == sorted(f"anyloc_dinov2_vitg14.{d}" for d in ANYLOC_DOMAINS)
+    assert all(" | 49152 | 320x320 | https://github.com/AnyLoc/DINO/releases/download/v1/" in row for row in rows)
+    assert main(["info", "anyloc_dinov2_vitg14.urban"]) == 0
+    text = capsys.readouterr().out
+    assert "key remap     aggzoo.zoo.anyloc.convert_anyloc_vocabulary" in text and "contents      delta" in text
+    assert "dinov2_vitg14_l31_value_c32_urban_c_centers.pt" in text
