@@ -23,6 +23,11 @@ Upstream facts (AnyLoc/DINO@eea7d4c ``hubconf.py``, ``model_wrapper.py``, ``dino
   St Lucia, Pitts-30k (every 4th database image); aerial = Tartan-GNSS (rotated, not rotated), VP-Air (every
   2nd); structured = indoor + urban; unstructured = Tartan-GNSS, Hawkins, Laurel Caverns, Eiffel, VP-Air;
   global = structured + unstructured. All database images' patch features of those sets are clustered.
+
+Checked against the authors' whole ``AnyLocVladDinov2`` (DINOv2 hub code, random weights converted with
+:func:`~aggzoo.zoo._backbones.dinov2_rules`, fp32, 2 x 3 x 224 x 252): max abs difference 5.6e-9 on ViT-G/14
+block 31 (the facets identical), 7.5e-9 on ViT-S/14 block 9; timm's ``vit_giant_patch14_dinov2`` computes
+DINOv2's SwiGLU (hub ``mlp.w12`` / ``mlp.w3`` = timm ``mlp.fc1`` / ``mlp.fc2``).
 """
 
 from __future__ import annotations
