@@ -5,6 +5,7 @@
     aggzoo export <name> --format onnx|torchscript|export [...]   export with a parity check
     aggzoo manifest add|verify ...                                the shipped-weights manifest
     aggzoo demo [model=<name>] [database=<folder>] [...]           the Gradio search page (extra: demo)
+    aggzoo vocabulary <model> <image folder> --out <file>         fit a vocabulary (AnyLoc) from images
 
 Training and evaluation are Hydra jobs with their own commands: ``aggzoo-train [key=value ...]`` and
 ``aggzoo-eval [key=value ...]`` (``python train.py`` / ``python eval.py`` in a checkout).
@@ -28,11 +29,12 @@ COMMANDS = {
     "export": ("aggzoo.cli.export", "main", "export a model to ONNX / TorchScript / torch.export, with a parity check"),
     "manifest": ("aggzoo.cli.manifest", "main", "add or verify entries of the shipped-weights manifest"),
     "demo": ("aggzoo.cli.demo", "main", "the Gradio page: a query against a database folder (pip install 'aggzoo[demo]')"),
+    "vocabulary": ("aggzoo.cli.vocabulary", "main", "fit a model's vocabulary (AnyLoc's VLAD centres) from a folder of images"),
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``aggzoo <command> ...``: dispatch to ``models``, ``info``, ``export``, ``manifest`` or ``demo``; the exit status."""
+    """``aggzoo <command> ...``: dispatch to the command's module (:data:`COMMANDS`); the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="aggzoo", description=__doc__.split("\n")[0],
                                      epilog="Hydra jobs: aggzoo-train [key=value ...], aggzoo-eval [key=value ...]")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-__all__ = ["train_transform", "eval_transform", "Transform"]
+__all__ = ["CentreCropToMultiple", "train_transform", "eval_transform", "Transform"]
 
 Transform = Callable[[np.ndarray], torch.Tensor]
 
@@ -111,3 +111,26 @@ def train_transform(
         A.ToGray(p=min(1.0, 0.1 * p)),
         A.Normalize(mean=tuple(mean), std=tuple(std), max_pixel_value=255.0),
     ]))
+
+
+class CentreCropToMultiple:
+    """``transform`` followed by the largest centred crop whose sides are multiples of ``multiple``
+    (a ViT's patch size): AnyLoc's ``CenterCrop((H // 14 * 14, W // 14 * 14))`` after its resize
+    (320 x 320 -> 308 x 308). ``rgb uint8 [H, W, 3] -> float tensor [3, H', W']``; picklable for workers."""
+
+    def __init__(self, transform: Transform, multiple: int) -> None:
+        if multiple < 1:
+            raise ValueError(f"multiple must be >= 1, got {multiple}")
+        self.transform = transform
+        self.multiple = int(multiple)
+
+    def __call__(self, image: np.ndarray) -> torch.Tensor:
+        out = self.transform(image)
+        height, width = out.shape[-2:]
+        crop_h, crop_w = height // self.multiple * self.multiple, width // self.multiple * self.multiple
+        # torchvision's CenterCrop rounds the offsets: int(round((H - h) / 2))
+        top, left = int(round((height - crop_h) / 2)), int(round((width - crop_w) / 2))
+        return out[..., top:top + crop_h, left:left + crop_w]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.transform!r}, multiple={self.multiple})"

@@ -47,11 +47,15 @@ from aggzoo.hub.builder import normalise_spec
 from aggzoo.hub.ensembling import ensembled_state, ensembling_record, recorded_alpha
 from aggzoo.hub.remap import is_state_dict, show_keys, strip_prefix
 
-__all__ = ["SPEC_KEY", "CheckpointFile", "check_sha256", "read_checkpoint", "sha256_of", "unwrap_checkpoint"]
+__all__ = ["BARE_TENSOR_KEY", "SPEC_KEY", "CheckpointFile", "check_sha256", "read_checkpoint", "sha256_of",
+           "unwrap_checkpoint"]
 
 #: Where a checkpoint of the training pipeline keeps the backbone + head spec that rebuilds its
 #: model, and where save_pretrained's safetensors metadata does.
 SPEC_KEY = "aggzoo_model_config"
+#: The one key of the state dict of a file that holds a single bare tensor (``torch.save(tensor)``: AnyLoc's
+#: released vocabularies, ``c_centers.pt``); that method's converter gives it its model key.
+BARE_TENSOR_KEY = "<tensor>"
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -167,10 +171,13 @@ def unwrap_checkpoint(obj: object) -> dict[str, Tensor]:
     """The state dict inside whatever a training script saved.
 
     Accepts a raw state dict, Lightning's ``{"state_dict": ...}``, ``{"model_state_dict": ...}``,
-    pycls' ``{"model_state": ...}`` and ``{"model": ...}``; removes the ``module.`` prefix ``nn.DataParallel`` adds; and, for a
+    pycls' ``{"model_state": ...}`` and ``{"model": ...}``, or one bare tensor (as ``{BARE_TENSOR_KEY: tensor}``);
+    removes the ``module.`` prefix ``nn.DataParallel`` adds; and, for a
     checkpoint of aggzoo's own Lightning module (keys ``model.backbone.*`` / ``model.head.*``),
     keeps the model's keys without the ``model.`` prefix (loss or metric state is dropped).
     """
+    if isinstance(obj, Tensor):
+        return {BARE_TENSOR_KEY: obj}
     found = obj
     if not is_state_dict(found):
         if not isinstance(found, Mapping):

@@ -98,7 +98,9 @@ def create_model(
             checkpoint that records its model (a ``train.py`` checkpoint, a saved safetensors file).
         pretrained: load the tag's weights (the architecture's default tag when none is given).
         checkpoint_path: load this file instead (aggzoo names, a Lightning checkpoint of aggzoo's
-            pipeline, or -- with a tag naming an upstream release -- the authors' file, remapped).
+            pipeline, or -- with a tag naming an upstream release -- the authors' file, remapped). With
+            ``pretrained_backbone=True`` (or a tag whose weights are a delta) the file may leave out the
+            backbone's tensors, which keep their pretrained values (an ``aggzoo vocabulary`` file).
         pretrained_backbone: build the backbone with its own pretrained weights (ImageNet / DINOv2).
         backbone_kwargs: extra arguments for the backbone (``img_size``, ``frozen_stages``, ...).
         **overrides: the head's keyword arguments (``num_clusters=32``).
@@ -120,19 +122,23 @@ def create_model(
             return _from_checkpoint_file(path, overrides, backbone_kwargs)
         raise WeightsUnavailableError(f"{name!r} looks like a path, but there is no such file or folder")
     architecture, cfg, kwargs = resolve(name, pretrained=pretrained and checkpoint_path is None, overrides=overrides)
+    tag = split_name(name)[1]
+    info = cfg if cfg is not None else (get_pretrained_cfg(name) if tag else None)
+    if checkpoint_path is not None and info is not None and info.contents == "delta":
+        # the tag's own file (or another of its layout) holds no backbone: build it pretrained, as resolve does
+        kwargs["pretrained_backbone"] = True
     if pretrained_backbone is not None:
         kwargs["pretrained_backbone"] = pretrained_backbone
     if backbone_kwargs:
         kwargs["backbone_kwargs"] = dict(backbone_kwargs)
     model = model_entrypoint(architecture)(**kwargs)
     model.aggzoo_architecture = architecture
-    tag = split_name(name)[1]
-    info = cfg if cfg is not None else (get_pretrained_cfg(name) if tag else None)
     model.pretrained_cfg = info
     if checkpoint_path is not None:
         remap = info.remap if info is not None else None
         sha = info.sha256 if (info is not None and info.file is None) else None
-        load_checkpoint(model, checkpoint_path, sha256=sha, remap=remap)
+        delta = bool(kwargs.get("pretrained_backbone"))
+        load_checkpoint(model, checkpoint_path, sha256=sha, remap=remap, contents="delta" if delta else "full")
         model.eval()
     elif cfg is not None:
         load_pretrained(model, cfg)
@@ -170,9 +176,14 @@ def _from_local_dir(folder: Path, overrides: Mapping[str, Any], backbone_kwargs:
 def _from_checkpoint_file(path: Path, overrides: Mapping[str, Any],
                           backbone_kwargs: Mapping[str, Any] | None) -> nn.Module:
     checkpoint = read_checkpoint(path)
-    model = build_model(_with_overrides(checkpoint.require_spec(), overrides, backbone_kwargs),
-                        pretrained_backbone=False, where=str(path))
-    load_into(model, checkpoint.state_dict(), what=str(path))
+    spec = _with_overrides(checkpoint.require_spec(), overrides, backbone_kwargs)
+    state = checkpoint.state_dict()
+    # A file without any backbone tensor over a spec whose backbone is pretrained (``aggzoo vocabulary`` of
+    # a model on DINOv2) is a delta: the backbone comes from its own pretrained weights. Any other file
+    # holds every tensor, so nothing is downloaded for it.
+    delta = bool(spec["backbone"].get("pretrained")) and not any(k.startswith("backbone.") for k in state)
+    model = build_model(spec, pretrained_backbone=delta, where=str(path))
+    load_into(model, state, what=str(path), keep_missing_under=("backbone.",) if delta else ())
     model.aggzoo_architecture = None
     model.pretrained_cfg = None
     return model.eval()

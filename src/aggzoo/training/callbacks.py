@@ -91,15 +91,21 @@ def sample_local_descriptors(model: nn.Module, loader: torch.utils.data.DataLoad
     return torch.cat(chunks)
 
 
-def kmeans(descriptors: Tensor, num_clusters: int, *, niter: int = 100, seed: int = 0) -> Tensor:
-    """faiss k-means (as the NetVLAD reference code): ``[N, C] -> centroids [K, C]``."""
+def kmeans(descriptors: Tensor, num_clusters: int, *, niter: int = 100, seed: int = 0, spherical: bool = False,
+           every_point: bool = False) -> Tensor:
+    """faiss k-means (as the NetVLAD reference code): ``[N, C] -> centroids [K, C]``.
+
+    ``spherical``: cosine k-means (unit-norm centres after every update; AnyLoc's vocabularies);
+    ``every_point``: cluster all ``N`` points (faiss otherwise samples 256 per centre).
+    """
     import faiss
 
     if descriptors.shape[0] < num_clusters:
         raise ValueError(f"k-means needs at least {num_clusters} local descriptors, got {descriptors.shape[0]}: "
                          "sample more images for the initialisation (callbacks.head_data_init.num_images)")
     data = np.ascontiguousarray(descriptors.numpy().astype(np.float32))
-    km = faiss.Kmeans(data.shape[1], num_clusters, niter=niter, seed=seed, verbose=False)
+    limit = {"max_points_per_centroid": -(-data.shape[0] // num_clusters)} if every_point else {}
+    km = faiss.Kmeans(data.shape[1], num_clusters, niter=niter, seed=seed, verbose=False, spherical=spherical, **limit)
     km.train(data)
     return torch.from_numpy(km.centroids.copy())
 
