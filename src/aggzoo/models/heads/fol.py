@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from aggzoo.layers.sinkhorn import check_more_features_than_clusters, log_optimal_transport
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
-from aggzoo.models.heads.salad import HIDDEN_DIM, _local_mlp, salad_descriptor
+from aggzoo.models.heads.salad import HIDDEN_DIM, local_mlp, salad_descriptor
 from aggzoo.models.heads.selavpr import LocalAdapt
 
 __all__ = ["FoL", "FoLOutputs", "flatten_peaks"]
@@ -121,8 +121,8 @@ class FoL(Head):
         self.out_dim = num_clusters * cluster_dim + token_dim
         self.token_features = nn.Sequential(nn.Linear(in_channels, HIDDEN_DIM), nn.ReLU(),
                                             nn.Linear(HIDDEN_DIM, token_dim))
-        self.cluster_features = _local_mlp(in_channels, cluster_dim, dropout)
-        self.score = _local_mlp(in_channels, num_clusters, dropout)
+        self.cluster_features = local_mlp(in_channels, cluster_dim, dropout)
+        self.score = local_mlp(in_channels, num_clusters, dropout)
         self.local_adapt = LocalAdapt(in_channels, 256, local_dim)
         self.local_adapt.requires_grad_(train_local)
 
