@@ -71,11 +71,24 @@ def test_netvlad_vgg16_32768_drops_the_whitening() -> None:
     assert model.out_dim == _CHANNELS * _CLUSTERS
 
 
+def _dirtorch_checkpoint(upstream: dict[str, torch.Tensor]) -> dict[str, object]:
+    """The released file's shape (dirtorch load_model): weights under "state_dict" (DataParallel "module."
+    names) and the whitening as a fitted scikit-learn PCA object under "pca"."""
+    from sklearn.decomposition import PCA
+
+    pca = "pca.Landmarks_clean."
+    whitening = PCA(whiten=bool(upstream[pca + "whiten"]))
+    for field in ("mean_", "components_", "explained_variance_"):
+        setattr(whitening, field, upstream[pca + field].double().numpy())
+    weights = {f"module.{k}": v for k, v in upstream.items() if not k.startswith(pca)}
+    return {"model_options": {"arch": "resnet101_rmac", "out_dim": 2048, "pooling": "gem", "gemp": 3},
+            "state_dict": weights, "preprocess": {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+            "pca": {"Landmarks_clean": whitening}}
+
+
 def test_apgem_dirtorch_release(tmp_path: Path) -> None:
     upstream = fill(authors_layout("Resnet-101-AP-GeM"))
-    # dirtorch checkpoints keep the state dict under "state_dict" (DataParallel "module." names)
-    checkpoint = {"state_dict": {f"module.{k}": v for k, v in upstream.items()}}
-    path = save(checkpoint, tmp_path / "Resnet-101-AP-GeM_tensors.pth")
+    path = save(_dirtorch_checkpoint(upstream), tmp_path / "Resnet-101-AP-GeM.pt")
     model = aggzoo.create_model("apgem_resnet101.official", checkpoint_path=path)
     pca = "pca.Landmarks_clean."
     mapping: dict[str, str | None] = {}

@@ -6,6 +6,10 @@ Safe by construction:
   is read with ``torch.load(..., weights_only=True)``, whose unpickler refuses every global outside
   torch's tensor types (plus the numpy scalar types some training scripts store), so a pickle whose
   ``__reduce__`` would run code is rejected before anything runs (:class:`UnsafeCheckpointError`).
+- naver/deep-image-retrieval (dirtorch) checkpoints keep their learned whitenings beside the weights as
+  fitted scikit-learn ``PCA`` objects (``{"pca": {name: PCA}}``). Their pickled class name resolves to
+  :class:`PickledEstimator`, which keeps the fields as data and imports or runs nothing of scikit-learn;
+  :func:`unwrap_checkpoint` adds them to the state dict as ``pca.<name>.<field>`` tensors.
 - A file whose sha256 differs from the pinned digest is refused before it is parsed
   (:class:`ChecksumMismatchError`).
 - The model a file describes (a training checkpoint's or a saved folder's spec) is validated by
@@ -47,7 +51,8 @@ from aggzoo.hub.builder import normalise_spec
 from aggzoo.hub.ensembling import ensembled_state, ensembling_record, recorded_alpha
 from aggzoo.hub.remap import is_state_dict, show_keys, strip_prefix
 
-__all__ = ["SPEC_KEY", "CheckpointFile", "check_sha256", "read_checkpoint", "sha256_of", "unwrap_checkpoint"]
+__all__ = ["SPEC_KEY", "CheckpointFile", "PickledEstimator", "check_sha256", "read_checkpoint", "sha256_of",
+           "unwrap_checkpoint"]
 
 #: Where a checkpoint of the training pipeline keeps the backbone + head spec that rebuilds its
 #: model, and where save_pretrained's safetensors metadata does.
@@ -96,9 +101,42 @@ def _numpy_scalar_globals() -> list[Any]:
     return found
 
 
+class PickledEstimator:
+    """The fields of a pickled scikit-learn estimator (``mean_``, ``components_``, ...), kept as data: the
+    unpickler builds this inert record under the estimator's class name, so scikit-learn is never imported
+    and none of its methods run."""
+
+    fields: dict[str, Any]
+
+    def __setstate__(self, state: Any) -> None:
+        self.fields = dict(state) if isinstance(state, Mapping) else {}
+
+
+# The estimators a checkpoint may carry as data: dirtorch's PCA whitenings, pickled by scikit-learn < 0.22
+# (``sklearn.decomposition.pca``) or later (``sklearn.decomposition._pca``).
+_ESTIMATOR_NAMES = ("sklearn.decomposition.pca.PCA", "sklearn.decomposition._pca.PCA")
+
+
+def _numpy_array_globals() -> list[Any]:
+    """numpy's array reconstructors under both spellings of its core package (numpy 1.x files say
+    ``numpy.core``, numpy 2 ``numpy._core``): they allocate an array and copy bytes into it, nothing else."""
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import _reconstruct
+
+    return [np.ndarray, *((_reconstruct, f"{core}.multiarray._reconstruct") for core in ("numpy.core", "numpy._core"))]
+
+
+def _data_globals() -> list[Any]:
+    """What a weights-only load may resolve beyond torch's tensors: numpy scalars and arrays, and the
+    inert :class:`PickledEstimator` under the allowed estimator names."""
+    return [*_numpy_scalar_globals(), *_numpy_array_globals(), *((PickledEstimator, name) for name in _ESTIMATOR_NAMES)]
+
+
 def _torch_load_weights_only(path: Path) -> Any:
     try:
-        with torch.serialization.safe_globals(_numpy_scalar_globals()):
+        with torch.serialization.safe_globals(_data_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if not (_names_a_global(str(error)) or _is_raw_pickle(path)):
@@ -188,7 +226,27 @@ def unwrap_checkpoint(obj: object) -> dict[str, Tensor]:
         state = strip_prefix(state, _DATA_PARALLEL)
     if any(k.startswith(_LIGHTNING_MODEL + root) for k in state for root in _OUR_ROOTS):
         state = {k[len(_LIGHTNING_MODEL):]: v for k, v in state.items() if k.startswith(_LIGHTNING_MODEL)}
-    return state
+    return state | _whitening_tensors(obj)
+
+
+# The fitted fields of a PCA whitening that converters read (naver/deep-image-retrieval's whiten_features).
+_PCA_FIELDS = ("mean_", "components_", "explained_variance_", "whiten")
+
+
+def _whitening_tensors(obj: object) -> dict[str, Tensor]:
+    """``pca.<name>.<field>`` tensors of the PCA whitenings a dirtorch checkpoint stores under ``"pca"``."""
+    whitenings = obj.get("pca") if isinstance(obj, Mapping) else None
+    if not isinstance(whitenings, Mapping):
+        return {}
+    out: dict[str, Tensor] = {}
+    for name, estimator in whitenings.items():
+        if not isinstance(estimator, PickledEstimator):
+            continue
+        for field in _PCA_FIELDS:
+            value = estimator.fields.get(field)
+            if isinstance(value, (np.ndarray, bool, np.bool_)):
+                out[f"pca.{name}.{field}"] = torch.as_tensor(np.asarray(value))
+    return out
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ Upstream facts (naver/deep-image-retrieval @ 610247f; gmberton/VPR-methods-evalu
 
 What this converter reads: ``state_dict`` keys as stored (``module.`` removed by the loader) plus the PCA
 named ``Landmarks_clean`` as ``pca.Landmarks_clean.{mean_, components_, explained_variance_, whiten}``
-tensors. The released ``.pt`` pickles the PCA as an sklearn object, which aggzoo's weights-only reader
-refuses; those four fields must be saved as tensors first (see the cfg's notes).
+tensors. The released ``.pt`` pickles the PCA as a scikit-learn object; aggzoo's reader keeps its fields as
+data without importing scikit-learn (:class:`aggzoo.hub.checkpoint.PickledEstimator`) and hands them over
+under those names.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def convert_apgem(state: Mapping[str, Tensor], model: nn.Module) -> dict[str, Te
 pretrained_cfgs = {
     "apgem_resnet101.official": PretrainedCfg(
         download_page="https://drive.google.com/open?id=1UWJGDuHtzaQdFhSMojoYVQjmCXhIwVvy",
-        filename="Resnet-101-AP-GeM_tensors.pth",
+        filename="Resnet-101-AP-GeM.pt",
         remap=convert_apgem,
         input_size=(3, 480, 640), interpolation="bilinear", out_dim=2048,
         recipe="naver/deep-image-retrieval Resnet101-AP-GeM (AP loss on Landmarks-clean), whitening "
@@ -103,10 +104,7 @@ pretrained_cfgs = {
                  "rparis6k/medium/mAP": 80.3, "rparis6k/hard/mAP": 60.9},
         notes="Figures: naver/deep-image-retrieval README, 'Pre-trained models' table, row Resnet101-AP-GeM "
               "(single resolution, whitening learned on Landmarks-clean; revisited: medium / hard; original Oxford5K 89.1, "
-              "Paris6K 93.0 mAP). The released "
-              "Resnet-101-AP-GeM.pt pickles its PCA as an sklearn object, which aggzoo never unpickles: save "
-              "{'state_dict': ckpt['state_dict'], 'pca.Landmarks_clean.<f>': torch.as_tensor(pca.<f>) for f in "
-              "mean_, components_, explained_variance_, whiten} with torch.save where sklearn is installed. "
+              "Paris6K 93.0 mAP). The Drive file is a zip holding Resnet-101-AP-GeM.pt: place the .pt. "
               "VPR-methods-evaluation evaluates at the images' own size (480x640 for its datasets).",
     ),
 }
