@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from official_layouts import assert_placed, authors_layout, fill, save
@@ -57,6 +58,44 @@ def test_netvlad_vgg16_suite_module(tmp_path: Path) -> None:
     }
     assert_placed(model, upstream, mapping, transformed)
     assert model.out_dim == 4096
+
+
+def _matconvnet_file(suite: dict[str, torch.Tensor], path: Path) -> Path:
+    """The suite's module weights written back as the MatConvNet structure its loader parses
+    (vpr_models/netvlad.py): ``net.layers{i}.weights = {w [S, S, IN, OUT], b}`` at the positions of
+    ``vgg16().features``, layer 30 ``{score [D, K], -centres [D, K]}``, ``net.meta.normalization.averageImage``."""
+    from scipy.io import savemat
+
+    layers = np.empty(31, dtype=object)
+    for i in range(31):
+        layers[i] = {"name": f"layer{i}", "type": "relu", "weights": np.empty((0,), dtype=object)}
+    for key, value in suite.items():
+        if key.startswith("backbone.") and key.endswith(".weight"):
+            index = int(key.split(".")[1])
+            cell = np.empty(2, dtype=object)
+            cell[0] = value.permute(2, 3, 1, 0).numpy()
+            cell[1] = suite[f"backbone.{index}.bias"].numpy()
+            layers[index] = {"name": f"conv{index}", "type": "conv", "weights": cell}
+    vlad = np.empty(2, dtype=object)
+    vlad[0] = suite["netvlad.score_proj.weight"][:, :, 0].T.numpy()
+    vlad[1] = -suite["netvlad.centers"].numpy()
+    layers[30] = {"name": "vlad:core", "type": "custom", "weights": vlad}
+    meta = {"normalization": {"averageImage": np.array([[[123.68, 116.779, 103.939]]], dtype=np.float32)}}
+    savemat(str(path), {"net": {"layers": layers, "meta": meta}})
+    return path
+
+
+def test_netvlad_vgg16_matconvnet_file(tmp_path: Path) -> None:
+    """The released .mat itself (read as data), here without its 4096-D whitening (512 MB): the 32768-D model."""
+    suite = {k: v for k, v in fill(authors_layout("VGG16-NetVLAD-Pitts30K")).items() if not k.startswith("whiten.")}
+    path = _matconvnet_file(suite, tmp_path / "Pitts30K_struct.mat")
+    model = aggzoo.create_model("netvlad_vgg16.pitts30k_32768", checkpoint_path=path)
+    mapping = {key: _vgg_target(key, "backbone.") for key in suite if key.startswith("backbone.")}
+    mapping |= {"netvlad.score_proj.weight": "head.conv.weight", "netvlad.centers": "head.centroids"}
+    transformed = {"head.conv.weight": suite["netvlad.score_proj.weight"][..., None],
+                   "head.centroids": suite["netvlad.centers"].T}
+    assert_placed(model, suite, mapping, transformed)
+    assert model.out_dim == _CHANNELS * _CLUSTERS
 
 
 def test_netvlad_vgg16_32768_drops_the_whitening() -> None:

@@ -10,6 +10,9 @@ Safe by construction:
   fitted scikit-learn ``PCA`` objects (``{"pca": {name: PCA}}``). Their pickled class name resolves to
   :class:`PickledEstimator`, which keeps the fields as data and imports or runs nothing of scikit-learn;
   :func:`unwrap_checkpoint` adds them to the state dict as ``pca.<name>.<field>`` tensors.
+- MATLAB files (``.mat`` version 5/7: MatConvNet networks such as NetVLAD's released VGG16) are parsed by
+  ``scipy.io.loadmat``, a data format with no code in it; their numeric arrays become tensors named by
+  their path in the structure (``net.layers.30.weights.0``), for the method's converter to rename.
 - A file whose sha256 differs from the pinned digest is refused before it is parsed
   (:class:`ChecksumMismatchError`).
 - The model a file describes (a training checkpoint's or a saved folder's spec) is validated by
@@ -38,6 +41,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
+from scipy.io import loadmat
+from scipy.io.matlab import mat_struct
 from torch import Tensor
 
 from aggzoo.errors import (
@@ -85,6 +90,42 @@ def _is_safetensors(path: Path) -> bool:
     with path.open("rb") as file:
         head = file.read(9)
     return len(head) == 9 and head[8:9] == b"{"
+
+
+def _is_matlab(path: Path) -> bool:
+    # MAT-files start with a 116-byte text header "MATLAB 5.0 MAT-file, ..." (7.3 files: "MATLAB 7.3 ...").
+    with path.open("rb") as file:
+        return file.read(7) == b"MATLAB "
+
+
+def _read_matlab(path: Path) -> dict[str, Tensor]:
+    """Every numeric array of a MAT-file as a tensor named by its path in the structure
+    (``net.layers.30.weights.0``: struct fields by name, cell and struct-array entries by index)."""
+    try:
+        data = loadmat(str(path), struct_as_record=False, squeeze_me=True)
+    except NotImplementedError:
+        raise CheckpointError(f"{path} is a MATLAB 7.3 (HDF5) file; save it in MATLAB with '-v7' to read it here") from None
+    except Exception as error:  # noqa: BLE001 - scipy raises many types for a damaged file
+        raise CheckpointError(f"{path} is not a readable MATLAB file ({error}); fetch or copy it again") from None
+    out: dict[str, Tensor] = {}
+    for key, value in data.items():
+        if not key.startswith("__"):  # __header__, __version__, __globals__
+            _flatten_matlab(value, key, out)
+    return out
+
+
+def _flatten_matlab(value: Any, prefix: str, out: dict[str, Tensor]) -> None:
+    if isinstance(value, mat_struct):
+        for field in value._fieldnames:
+            _flatten_matlab(getattr(value, field), f"{prefix}.{field}", out)
+    elif isinstance(value, np.ndarray) and value.dtype == object:
+        for index, item in enumerate(value.flat):
+            _flatten_matlab(item, f"{prefix}.{index}", out)
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
+        out[prefix] = torch.from_numpy(np.ascontiguousarray(value))
+    elif isinstance(value, (bool, int, float, np.number)):
+        out[prefix] = torch.as_tensor(value)
+    # text (layer names, types) carries no weights
 
 
 def _numpy_scalar_globals() -> list[Any]:
@@ -298,7 +339,7 @@ def read_checkpoint(path: str | os.PathLike, *, sha256: str | None = None) -> Ch
     turns a file into a model (``create_model``, ``eval.py``, ``train.py ckpt_path=``, export,
     ``manifest``).
 
-    The sha256 is checked first (when given). Safetensors files are recognised by content;
+    The sha256 is checked first (when given). Safetensors and MATLAB files are recognised by content;
     everything else goes through ``torch.load(weights_only=True)``. A recorded model spec is
     validated against the builder's allowlist here, so a file naming any other code is refused
     (:class:`~aggzoo.errors.UnsafeSpecError`) before anything is built.
@@ -322,6 +363,8 @@ def read_checkpoint(path: str | os.PathLike, *, sha256: str | None = None) -> Ch
             spec = json.loads(text) if text else None
         except json.JSONDecodeError:
             raise CheckpointError(f"{path}: its {SPEC_KEY!r} metadata is not valid JSON") from None
+    elif _is_matlab(path):
+        contents = _read_matlab(path)
     else:
         contents = _torch_load_weights_only(path)
         spec = contents.get(SPEC_KEY) if isinstance(contents, Mapping) else None

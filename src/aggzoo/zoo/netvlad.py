@@ -19,6 +19,7 @@ Upstream facts of the benchmark's checkpoints (gmberton/deep-visual-geo-localiza
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,12 +56,52 @@ def convert_netvlad_benchmark(state: Mapping[str, Tensor], model: nn.Module) -> 
     return rename(state, rules, what="NetVLAD (deep-visual-geo-localization-benchmark)")
 
 
+# MatConvNet layer indices the suite reads (vpr_models/netvlad.py): conv layers at the positions of
+# vgg16().features (0..28), the NetVLAD layer (30: score weights D x K, negated centres D x K) and the
+# whitening (33: a 1x1 conv [1, 1, C*K, D] and its bias).
+_MAT_LAYERS = "net.layers."
+_MAT_VLAD, _MAT_WHITEN = 30, 33
+
+
+def _matconvnet_to_suite(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The ``.mat``'s layers (as :func:`aggzoo.hub.checkpoint.read_checkpoint` names them) -> the suite's
+    module keys, with the suite's own reshapes: conv ``[S, S, IN, OUT] -> [OUT, IN, S, S]``, score
+    ``[D, K] -> [K, D, 1]``, centres ``-[D, K]``, whitening ``[1, 1, IN, OUT] -> [OUT, IN]``."""
+    rules = [
+        (re.escape(f"{_MAT_LAYERS}{_MAT_VLAD}.weights.") + "0", "netvlad.score_proj.weight"),
+        (re.escape(f"{_MAT_LAYERS}{_MAT_VLAD}.weights.") + "1", "netvlad.centers"),
+        (re.escape(f"{_MAT_LAYERS}{_MAT_WHITEN}.weights.") + "0", "whiten.weight"),
+        (re.escape(f"{_MAT_LAYERS}{_MAT_WHITEN}.weights.") + "1", "whiten.bias"),
+        (re.escape(_MAT_LAYERS) + r"(\d|1\d|2[0-8])\.weights\.0", r"backbone.\1.weight"),
+        (re.escape(_MAT_LAYERS) + r"(\d|1\d|2[0-8])\.weights\.1", r"backbone.\1.bias"),
+        (r"net\..*", None),  # strides, paddings, the normalisation metadata, the layers after conv5_3
+    ]
+    out = rename(state, rules, what="NetVLAD VGG16 (MatConvNet .mat, as VPR-methods-evaluation reads it)")
+    for key, value in out.items():
+        value = value.float()
+        if key.startswith("backbone.") and key.endswith(".weight"):
+            value = value.permute(3, 2, 0, 1)
+        elif key == "netvlad.score_proj.weight":
+            value = value.T.unsqueeze(-1)
+        elif key == "netvlad.centers":
+            value = -value  # MatConvNet stores the negated centres
+        elif key == "whiten.weight":
+            value = value.reshape(value.shape[-2], value.shape[-1]).T
+        elif key == "whiten.bias":
+            value = value.reshape(-1)
+        out[key] = value.contiguous()
+    return out
+
+
 def convert_netvlad_vgg16_suite(state: Mapping[str, Tensor], model: nn.Module) -> dict[str, Tensor]:
-    """VPR-methods-evaluation ``NetVLAD`` module keys -> ``netvlad_vgg16`` keys (see the module docstring).
+    """The released ``Pitts30K_struct.mat`` (``net.layers.<i>.weights.<j>``), or the state dict of
+    VPR-methods-evaluation's ``NetVLAD`` module that parses it, -> ``netvlad_vgg16`` keys (module docstring).
 
     ``score_proj.weight [K, C, 1] -> conv.weight [K, C, 1, 1]``; ``centers [C, K] -> centroids [K, C]``;
     ``whiten.weight [D, C*K]`` (channel-major columns) -> K-major columns. A file with the whitening loads
     into the 32768-D model without it (the whitening is dropped)."""
+    if any(key.startswith(_MAT_LAYERS) for key in state):
+        state = _matconvnet_to_suite(state)
     whitened = getattr(model.get_submodule("head"), "whiten", None) is not None
     rules = vgg_rules("backbone.") + [
         (r"netvlad\.score_proj\.weight", "head.conv.weight"),
@@ -94,8 +135,8 @@ pretrained_cfgs = dvgl_releases(
 
 def _vgg16_pitts30k(dim: int) -> PretrainedCfg:
     return PretrainedCfg(
-        download_page="https://cvg-data.inf.ethz.ch/hloc/netvlad/Pitts30K_struct.mat",
-        filename="VGG16-NetVLAD-Pitts30K_suite.pth",
+        url="https://cvg-data.inf.ethz.ch/hloc/netvlad/Pitts30K_struct.mat",
+        filename="VGG16-NetVLAD-Pitts30K.mat",
         remap=convert_netvlad_vgg16_suite,
         model_kwargs={} if dim == 4096 else {"whiten_dim": None},
         input_size=(3, 480, 640), interpolation="bilinear", out_dim=dim,
@@ -106,9 +147,10 @@ def _vgg16_pitts30k(dim: int) -> PretrainedCfg:
         paper="NetVLAD: CNN architecture for weakly supervised place recognition (Arandjelovic et al., CVPR 2016), "
               "arXiv:1511.07247",
         code="https://github.com/gmberton/VPR-methods-evaluation",
-        notes="The file is MatConvNet's .mat, which aggzoo does not parse: the converter reads the state dict of "
-              "VPR-methods-evaluation's NetVLAD module (torch.save(model.state_dict()) after it loads the .mat). "
-              "The suite evaluates at the images' own size (480x640 for its datasets). "
+        notes="The MatConvNet .mat is read as data (scipy.io.loadmat) and converted as the suite converts it; the "
+              "state dict of the suite's NetVLAD module loads too. The input mean is the MatConvNet VGG mean "
+              "(the .mat's averageImage is not checked against it). The suite evaluates at the images' own size "
+              "(480x640 for its datasets). "
               + ("4096-D: PCA-whitening + L2 on the 32768-D vector." if dim == 4096 else
                  "32768-D: the suite's descriptor entries in K-major order (the same distances)."),
     )

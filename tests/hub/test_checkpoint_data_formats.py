@@ -1,5 +1,6 @@
-"""Checkpoints that carry fitted scikit-learn PCA whitenings (naver/deep-image-retrieval): the fields are read
-as data, scikit-learn is never called, and any other estimator or code is still refused."""
+"""Checkpoint formats read as data: fitted scikit-learn PCA whitenings inside torch files (naver/deep-image-retrieval;
+the fields are kept, scikit-learn is never called, any other estimator is still refused) and MATLAB .mat files
+(MatConvNet networks: every numeric array named by its path in the structure)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from sklearn.decomposition import PCA
 from sklearn.preprocessing import StandardScaler
 
-from aggzoo.errors import UnsafeCheckpointError
+from aggzoo.errors import CheckpointError, UnsafeCheckpointError
 from aggzoo.hub.checkpoint import PickledEstimator, read_checkpoint
 
 
@@ -51,4 +52,27 @@ def test_other_estimators_are_still_refused(tmp_path: Path) -> None:
     path = tmp_path / "scaler.pt"
     torch.save({"state_dict": {"w": torch.ones(1)}, "scaler": StandardScaler().fit(np.ones((3, 2)))}, path)
     with pytest.raises(UnsafeCheckpointError, match="StandardScaler"):
+        read_checkpoint(path)
+
+
+def test_matlab_structures_become_named_tensors(tmp_path: Path) -> None:
+    from scipy.io import savemat
+
+    cell = np.empty(2, dtype=object)
+    cell[0], cell[1] = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([7.0, 8.0], dtype=np.float32)
+    layers = np.empty(2, dtype=object)
+    layers[0] = {"name": "relu1", "weights": np.empty((0,), dtype=object)}
+    layers[1] = {"name": "conv2", "weights": cell, "stride": np.array([1.0, 1.0])}
+    path = tmp_path / "net.mat"
+    savemat(str(path), {"net": {"layers": layers, "meta": {"size": 3.0}}})
+    state = read_checkpoint(path).state_dict()
+    assert set(state) == {"net.layers.1.weights.0", "net.layers.1.weights.1", "net.layers.1.stride", "net.meta.size"}
+    assert torch.equal(state["net.layers.1.weights.0"], torch.arange(6.0).reshape(2, 3))
+    assert float(state["net.meta.size"]) == 3.0
+
+
+def test_a_damaged_matlab_file_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "broken.mat"
+    path.write_bytes(b"MATLAB 5.0 MAT-file, truncated" + bytes(40))
+    with pytest.raises(CheckpointError, match="not a readable MATLAB file"):
         read_checkpoint(path)
