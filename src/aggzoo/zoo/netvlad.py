@@ -15,6 +15,32 @@ Upstream facts of the benchmark's checkpoints (gmberton/deep-visual-geo-localiza
 - ``util.py`` ``resume_model``: files are either the raw state dict (the README's model zoo) or
   ``{"model_state_dict": ...}`` (training checkpoints), possibly with ``module.`` prefixes; both
   are unwrapped before the converter runs.
+
+Upstream facts of ``netvlad_vgg16`` (gmberton/VPR-methods-evaluation @ adbb6e2, MIT, ``vpr_models/netvlad.py``,
+written after cvg/Hierarchical-Localization; method ``netvlad`` of its ``parser.py``: VGG16 only,
+``--descriptors_dimension`` 4096 (default) or 32768):
+
+- Weights: the authors' MatConvNet network ``VGG16-NetVLAD-Pitts30K`` as hloc republishes it,
+  ``https://cvg-data.inf.ethz.ch/hloc/netvlad/Pitts30K_struct.mat`` (the suite also lists TokyoTM but uses
+  Pitts30K). The suite parses the ``.mat`` (``scipy.io.loadmat``) into a torch module; this converter reads
+  the ``.mat``'s layers (as :func:`aggzoo.hub.checkpoint.read_checkpoint` flattens them) or that module's
+  state dict.
+- ``backbone = Sequential(*list(vgg16().features.children())[:-2])``: conv1_1 ... conv5_3 without the last
+  ReLU and max-pool -> ``backbone.<i>.{weight,bias}``, ``i`` as in ``vgg16().features``; the ``.mat``'s layer
+  ``i`` holds ``{w [S, S, IN, OUT], b}`` at the same positions.
+- ``netvlad = NetVLADLayer(512, 64, score_bias=False, intranorm=True)``: ``score_proj`` a Conv1d
+  (``[64, 512, 1]``; the ``.mat``'s layer 30 weight 0, ``[512, 64]``), ``centers`` ``[512, 64]`` (D x K; layer 30
+  weight 1 stores their negatives). The input is L2-normalised over channels first; residuals are summed into
+  ``[B, 512, 64]``, intra-normalised over the 512 channels and flattened **channel-major** (index ``c * 64 + k``),
+  then L2.
+- 4096-D: ``whiten = Linear(32768, 4096)`` (the ``.mat``'s layer 33, a 1x1 conv ``[1, 1, 32768, 4096]`` with
+  bias) on that L2-normalised vector, then L2. Our NetVLAD flattens K-major (index ``k * 512 + c``), so the
+  converter permutes the whitening's input columns: the 4096-D descriptors are equal; the 32768-D ones are the
+  suite's entries in another (fixed) order, which no inner-product or L2 search can tell apart.
+- Preprocessing: RGB in 0..255 minus ``averageImage[0, 0]`` of the ``.mat``'s ``meta.normalization`` (the
+  first pixel of the stored average image: one RGB triple), std 1. Its values were not readable here (the
+  file is not stored); the cfg uses the MatConvNet VGG16 means that OpenIBL uses for the same network
+  (123.68, 116.779, 103.939): to be confirmed against the file.
 """
 
 from __future__ import annotations
