@@ -6,6 +6,13 @@ Safe by construction:
   is read with ``torch.load(..., weights_only=True)``, whose unpickler refuses every global outside
   torch's tensor types (plus the numpy scalar types some training scripts store), so a pickle whose
   ``__reduce__`` would run code is rejected before anything runs (:class:`UnsafeCheckpointError`).
+- naver/deep-image-retrieval (dirtorch) checkpoints keep their learned whitenings beside the weights as
+  fitted scikit-learn ``PCA`` objects (``{"pca": {name: PCA}}``). Their pickled class name resolves to
+  :class:`PickledEstimator`, which keeps the fields as data and imports or runs nothing of scikit-learn;
+  :func:`unwrap_checkpoint` adds them to the state dict as ``pca.<name>.<field>`` tensors.
+- MATLAB files (``.mat`` version 5/7: MatConvNet networks such as NetVLAD's released VGG16) are parsed by
+  ``scipy.io.loadmat``, a data format with no code in it; their numeric arrays become tensors named by
+  their path in the structure (``net.layers.30.weights.0``), for the method's converter to rename.
 - A file whose sha256 differs from the pinned digest is refused before it is parsed
   (:class:`ChecksumMismatchError`).
 - The model a file describes (a training checkpoint's or a saved folder's spec) is validated by
@@ -34,6 +41,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
+from scipy.io import loadmat
+from scipy.io.matlab import mat_struct
 from torch import Tensor
 
 from aggzoo.errors import (
@@ -47,7 +56,8 @@ from aggzoo.hub.builder import normalise_spec
 from aggzoo.hub.ensembling import ensembled_state, ensembling_record, recorded_alpha
 from aggzoo.hub.remap import is_state_dict, show_keys, strip_prefix
 
-__all__ = ["BARE_TENSOR_KEY", "SPEC_KEY", "CheckpointFile", "check_sha256", "read_checkpoint", "sha256_of",
+__all__ = ["BARE_TENSOR_KEY", "SPEC_KEY", "CheckpointFile", "PickledEstimator", "check_sha256", "read_checkpoint",
+           "sha256_of",
            "unwrap_checkpoint"]
 
 #: Where a checkpoint of the training pipeline keeps the backbone + head spec that rebuilds its
@@ -86,6 +96,42 @@ def _is_safetensors(path: Path) -> bool:
     return len(head) == 9 and head[8:9] == b"{"
 
 
+def _is_matlab(path: Path) -> bool:
+    # MAT-files start with a 116-byte text header "MATLAB 5.0 MAT-file, ..." (7.3 files: "MATLAB 7.3 ...").
+    with path.open("rb") as file:
+        return file.read(7) == b"MATLAB "
+
+
+def _read_matlab(path: Path) -> dict[str, Tensor]:
+    """Every numeric array of a MAT-file as a tensor named by its path in the structure
+    (``net.layers.30.weights.0``: struct fields by name, cell and struct-array entries by index)."""
+    try:
+        data = loadmat(str(path), struct_as_record=False, squeeze_me=True)
+    except NotImplementedError:
+        raise CheckpointError(f"{path} is a MATLAB 7.3 (HDF5) file; save it in MATLAB with '-v7' to read it here") from None
+    except Exception as error:  # noqa: BLE001 - scipy raises many types for a damaged file
+        raise CheckpointError(f"{path} is not a readable MATLAB file ({error}); fetch or copy it again") from None
+    out: dict[str, Tensor] = {}
+    for key, value in data.items():
+        if not key.startswith("__"):  # __header__, __version__, __globals__
+            _flatten_matlab(value, key, out)
+    return out
+
+
+def _flatten_matlab(value: Any, prefix: str, out: dict[str, Tensor]) -> None:
+    if isinstance(value, mat_struct):
+        for field in value._fieldnames:
+            _flatten_matlab(getattr(value, field), f"{prefix}.{field}", out)
+    elif isinstance(value, np.ndarray) and value.dtype == object:
+        for index, item in enumerate(value.flat):
+            _flatten_matlab(item, f"{prefix}.{index}", out)
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
+        out[prefix] = torch.from_numpy(np.ascontiguousarray(value))
+    elif isinstance(value, (bool, int, float, np.number)):
+        out[prefix] = torch.as_tensor(value)
+    # text (layer names, types) carries no weights
+
+
 def _numpy_scalar_globals() -> list[Any]:
     """numpy's scalar reconstructors: training scripts store metrics (``best_r5``) as numpy
     floats next to the weights. They rebuild a number from a dtype and raw bytes; nothing else."""
@@ -100,9 +146,42 @@ def _numpy_scalar_globals() -> list[Any]:
     return found
 
 
+class PickledEstimator:
+    """The fields of a pickled scikit-learn estimator (``mean_``, ``components_``, ...), kept as data: the
+    unpickler builds this inert record under the estimator's class name, so scikit-learn is never imported
+    and none of its methods run."""
+
+    fields: dict[str, Any]
+
+    def __setstate__(self, state: Any) -> None:
+        self.fields = dict(state) if isinstance(state, Mapping) else {}
+
+
+# The estimators a checkpoint may carry as data: dirtorch's PCA whitenings, pickled by scikit-learn < 0.22
+# (``sklearn.decomposition.pca``) or later (``sklearn.decomposition._pca``).
+_ESTIMATOR_NAMES = ("sklearn.decomposition.pca.PCA", "sklearn.decomposition._pca.PCA")
+
+
+def _numpy_array_globals() -> list[Any]:
+    """numpy's array reconstructors under both spellings of its core package (numpy 1.x files say
+    ``numpy.core``, numpy 2 ``numpy._core``): they allocate an array and copy bytes into it, nothing else."""
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import _reconstruct
+
+    return [np.ndarray, *((_reconstruct, f"{core}.multiarray._reconstruct") for core in ("numpy.core", "numpy._core"))]
+
+
+def _data_globals() -> list[Any]:
+    """What a weights-only load may resolve beyond torch's tensors: numpy scalars and arrays, and the
+    inert :class:`PickledEstimator` under the allowed estimator names."""
+    return [*_numpy_scalar_globals(), *_numpy_array_globals(), *((PickledEstimator, name) for name in _ESTIMATOR_NAMES)]
+
+
 def _torch_load_weights_only(path: Path) -> Any:
     try:
-        with torch.serialization.safe_globals(_numpy_scalar_globals()):
+        with torch.serialization.safe_globals(_data_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if not (_names_a_global(str(error)) or _is_raw_pickle(path)):
@@ -196,7 +275,27 @@ def unwrap_checkpoint(obj: object) -> dict[str, Tensor]:
         state = strip_prefix(state, _DATA_PARALLEL)
     if any(k.startswith(_LIGHTNING_MODEL + root) for k in state for root in _OUR_ROOTS):
         state = {k[len(_LIGHTNING_MODEL):]: v for k, v in state.items() if k.startswith(_LIGHTNING_MODEL)}
-    return state
+    return state | _whitening_tensors(obj)
+
+
+# The fitted fields of a PCA whitening that converters read (naver/deep-image-retrieval's whiten_features).
+_PCA_FIELDS = ("mean_", "components_", "explained_variance_", "whiten")
+
+
+def _whitening_tensors(obj: object) -> dict[str, Tensor]:
+    """``pca.<name>.<field>`` tensors of the PCA whitenings a dirtorch checkpoint stores under ``"pca"``."""
+    whitenings = obj.get("pca") if isinstance(obj, Mapping) else None
+    if not isinstance(whitenings, Mapping):
+        return {}
+    out: dict[str, Tensor] = {}
+    for name, estimator in whitenings.items():
+        if not isinstance(estimator, PickledEstimator):
+            continue
+        for field in _PCA_FIELDS:
+            value = estimator.fields.get(field)
+            if isinstance(value, (np.ndarray, bool, np.bool_)):
+                out[f"pca.{name}.{field}"] = torch.as_tensor(np.asarray(value))
+    return out
 
 
 @dataclass(frozen=True)
@@ -248,7 +347,7 @@ def read_checkpoint(path: str | os.PathLike, *, sha256: str | None = None) -> Ch
     turns a file into a model (``create_model``, ``eval.py``, ``train.py ckpt_path=``, export,
     ``manifest``).
 
-    The sha256 is checked first (when given). Safetensors files are recognised by content;
+    The sha256 is checked first (when given). Safetensors and MATLAB files are recognised by content;
     everything else goes through ``torch.load(weights_only=True)``. A recorded model spec is
     validated against the builder's allowlist here, so a file naming any other code is refused
     (:class:`~aggzoo.errors.UnsafeSpecError`) before anything is built.
@@ -272,6 +371,8 @@ def read_checkpoint(path: str | os.PathLike, *, sha256: str | None = None) -> Ch
             spec = json.loads(text) if text else None
         except json.JSONDecodeError:
             raise CheckpointError(f"{path}: its {SPEC_KEY!r} metadata is not valid JSON") from None
+    elif _is_matlab(path):
+        contents = _read_matlab(path)
     else:
         contents = _torch_load_weights_only(path)
         spec = contents.get(SPEC_KEY) if isinstance(contents, Mapping) else None

@@ -55,6 +55,7 @@ from aggzoo.layers.pos_embed import DINOV2_INTERPOLATE_OFFSET, resample_grid_din
 from aggzoo.models.backbones.aggregation_tokens import AggregationTokenViT
 from aggzoo.models.backbones.lopa import LoPAViT
 from aggzoo.models.backbones.timm_backbone import TimmBackbone
+from aggzoo.models.backbones.vgg import PreActivationVGG
 from aggzoo.models.heads.base import Head
 
 __all__ = [
@@ -69,11 +70,13 @@ __all__ = [
     "RESNET50_LAYER3",
     "RESNET50_LAYER4",
     "RESNET101_LAYER4",
+    "VGG16_CONV5",
     "adapt_dinov2_embeddings",
     "dinov2_rules",
     "resample_dinov2_pos_embed",
     "head",
     "resnet_rules",
+    "vgg_rules",
     "vpr",
 ]
 
@@ -111,6 +114,9 @@ EFFICIENTNET_LITE0_MULTILEVEL = backbone("tf_efficientnet_lite0", out_indices=[1
 RESNET50_LAYER3 = backbone("resnet50", out_indices=[3], frozen_stages=3)
 RESNET50_LAYER4 = backbone("resnet50", out_indices=[4], frozen_stages=3)
 RESNET101_LAYER4 = backbone("resnet101", out_indices=[4], frozen_stages=3)
+# VGG16 cropped at conv5_3 before its ReLU (NetVLAD's crop: 512 channels, stride 16); conv1-conv4
+# frozen, conv5 trained, as NetVLAD and OpenIBL's SFRS (train_layers="conv5").
+VGG16_CONV5 = backbone("vgg16", cls=PreActivationVGG, out_indices=[4], frozen_stages=4)
 # DINOv2 ViT-B/14, final norm applied, last 4 blocks trainable (SALAD, MegaLoc, EDTformer).
 DINOV2_VITB14 = backbone(
     "vit_base_patch14_dinov2", img_size=DINOV2_EVAL_SIZE, dynamic_img_size=True, frozen_stages=8, final_norm=True,
@@ -153,6 +159,12 @@ def vpr(
 
 
 # -- key rules of official checkpoints -------------------------------------------------------------
+
+
+def vgg_rules(src: str, *, dst: str = _TIMM_BACKBONE) -> list[Rule]:
+    """Rules renaming torchvision ``vgg.features`` children stored under ``src`` (``"base_model.base."``,
+    ``"backbone."``) to a timm VGG under ``dst``: both number the layers as ``features`` does."""
+    return [(re.escape(src) + r"(\d+)\.(weight|bias)", dst + r"features.\1.\2")]
 
 
 #: the published releases of gmberton/deep-visual-geo-localization-benchmark (MIT): ResNet-50 cut after

@@ -7,7 +7,8 @@ defaults and state_dict names: gmberton/deep-visual-geo-localization-benchmark
 
 ``x: [B, C, H, W]`` -> L2 over C -> soft-assignment ``a = softmax_K(conv1x1(x))`` ->
 residuals ``V_k = sum_i a_ik (x_i - c_k)`` -> intra-L2 per cluster -> flatten K-major -> L2 ->
-``[B, K*C]``.
+``[B, K*C]``; optionally PCA-whitened to ``whiten_dim`` (the paper's 4096-D NetVLAD, the SFRS release):
+``W v + b`` (:class:`~aggzoo.layers.whitening.AffineWhitening`) -> L2 -> ``[B, whiten_dim]``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aggzoo.layers.whitening import AffineWhitening
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
@@ -46,8 +48,12 @@ class NetVLAD(Head):
         in_channels: ``C`` of the last map.
         num_clusters: ``K`` (paper and benchmark default 64); ``D = K * C``.
         normalize_input: L2-normalise each local feature over channels first (paper: yes).
+        whiten_dim: ``None`` (the VLAD vector itself) or the size of a fixed PCA-whitening applied to the
+            L2-normalised VLAD vector and followed by a final L2 (paper section 5: 4096 on VGG16). The
+            released weights hold a PCA fitted after training; the layer is an ordinary Linear.
 
-    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, K * C]``, laid out ``[K, C]`` (K-major).
+    Shapes: ``Features(maps=(..., [B, C, H, W])) -> [B, K * C]``, laid out ``[K, C]`` (K-major), or
+    ``[B, whiten_dim]``.
 
     Before training, :class:`aggzoo.training.callbacks.HeadDataInit` runs k-means (``K`` centres) on
     local features and calls :meth:`init_from_clusters` (``data_init = "kmeans"``).
@@ -55,14 +61,17 @@ class NetVLAD(Head):
 
     data_init = "kmeans"
 
-    def __init__(self, in_channels: int, *, num_clusters: int = 64, normalize_input: bool = True) -> None:
+    def __init__(self, in_channels: int, *, num_clusters: int = 64, normalize_input: bool = True,
+                 whiten_dim: int | None = None) -> None:
         super().__init__()
         self.in_channels = in_channels
         self.num_clusters = num_clusters
         self.normalize_input = normalize_input
-        self.out_dim = num_clusters * in_channels
         self.conv = nn.Conv2d(in_channels, num_clusters, kernel_size=1, bias=False)
         self.centroids = nn.Parameter(torch.rand(num_clusters, in_channels))
+        vlad_dim = num_clusters * in_channels
+        self.whiten = None if whiten_dim is None else AffineWhitening(vlad_dim, whiten_dim)
+        self.out_dim = vlad_dim if whiten_dim is None else whiten_dim
 
     @property
     def kmeans_clusters(self) -> int:
@@ -97,4 +106,7 @@ class NetVLAD(Head):
         # sum_i a_ik (x_i - c_k) = sum_i a_ik x_i - c_k sum_i a_ik, without a [B, K, C, N] tensor.
         vlad = torch.einsum("bkn,bcn->bkc", a, flat) - a.sum(dim=2).unsqueeze(-1) * self.centroids
         vlad = F.normalize(vlad, dim=2)  # intra-normalisation
-        return F.normalize(vlad.flatten(1), dim=1)  # K-major: [k0 c0..cC, k1 c0..cC, ...]
+        vlad = F.normalize(vlad.flatten(1), dim=1)  # K-major: [k0 c0..cC, k1 c0..cC, ...]
+        if self.whiten is None:
+            return vlad
+        return F.normalize(self.whiten(vlad), dim=1)
