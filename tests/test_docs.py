@@ -67,3 +67,11 @@ def test_missing_docstrings_of_exported_names_are_found(tmp_path: Path) -> None:
 
 def test_this_checkout_exports_nothing_undocumented() -> None:
     assert load_gen_pages().undocumented_exports() == []
+
+
+def test_readme_zoo_table_has_every_architecture_with_released_weights() -> None:
+    """The README's zoo table (one row per zoo file) names every architecture that loads an authors' release."""
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("### The zoo"):readme.index("The zoo, one page per method")]
+    released = {cfg.architecture for cfg in aggzoo.list_pretrained(with_cfg=True) if cfg.remap is not None}
+    assert released and not [a for a in sorted(released) if f"`{a}` (" not in table]
