@@ -331,7 +331,8 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
             results["baseline"] = baseline.results
         if baseline.pooling_results:
             results["baseline_global_pooling"] = baseline.pooling_results
-        chosen = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
+        chosen = bool(getattr(trainer.checkpoint_callback, "best_model_path", "")
+                      and getattr(trainer.checkpoint_callback, "monitor", None))
         print(_comparison_table(table_rows, chosen_on_validation=chosen))
         if notes := result_notes(trained):
             print("\n".join(notes))
