@@ -120,7 +120,7 @@ def test_a_margin_loss_needs_class_labelled_data() -> None:
 
 
 # Tiny landmark run: 10 classes of the tiny set (seed 1) / P = 2 -> 5 steps per epoch; a checkpoint every step.
-LANDMARKS = [*TINY, "experiment=landmarks_arcface_quick", "synthetic_landmarks=tiny", "head.whiten=16",
+LANDMARKS = [*TINY, "experiment=landmarks_arcface_quick", "synthetic_landmarks=tiny", "+head.whiten=16",
              "data.places_per_batch=2", "data.image_size=[32,48]", "data.eval_image_size=[32,48]",
              "trainer.max_epochs=2", "evaluate_baseline=false", "+callbacks.model_checkpoint.every_n_train_steps=1",
              "seed=5"]
