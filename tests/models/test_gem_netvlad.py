@@ -60,6 +60,20 @@ def test_gem_l2_placement_follows_the_dvgl_benchmark_choices() -> None:
         GeM(5, l2="before")
 
 
+def test_gem_whitening_is_delgs_fc_between_the_pooling_and_the_l2() -> None:
+    # DELG's global head: GeM (p = 3 fixed) -> FC (with bias) -> L2.
+    x = torch.rand(2, 5, 3, 4, generator=torch.Generator().manual_seed(4)) + 0.05
+    torch.manual_seed(0)
+    head = GeM(5, learn_p=False, whiten=7).eval()
+    assert head.out_dim == 7 and set(head.state_dict()) == {"pool.p", "whiten.weight", "whiten.bias"}
+    assert [n for n, p in head.named_parameters() if p.requires_grad] == ["whiten.weight", "whiten.bias"]
+    pooled = x.pow(3).mean(dim=(2, 3)).pow(1 / 3)
+    expected = F.normalize(pooled @ head.whiten.weight.T + head.whiten.bias, dim=-1)
+    with torch.no_grad():
+        torch.testing.assert_close(head(Features(maps=(x,))), expected, rtol=1e-5, atol=1e-6)
+    assert set(GeM(5).state_dict()) == {"pool.p"}  # without whitening the keys are GeM's own
+
+
 def test_netvlad_matches_a_direct_loop_and_is_k_major() -> None:
     torch.manual_seed(0)
     head = NetVLAD(6, num_clusters=3)

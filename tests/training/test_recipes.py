@@ -4,6 +4,7 @@ part), and trains one step on tiny stand-ins with its own optimiser, schedule an
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from aggzoo.run.model_by_name import model_spec
 from aggzoo.run.pipeline import train
 
 #: experiments that are local jobs rather than published recipes (the default-job smoke run, the real-data run)
-LOCAL_JOBS = {"quick", "nordland_mini"}
+LOCAL_JOBS = {"quick", "nordland_mini", "landmarks_arcface_quick"}
 RECIPES = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in LOCAL_JOBS)
 
 #: recipe -> its row label in REFERENCE.md section 3 (recipes without a row there: None)
@@ -27,7 +28,8 @@ TABLE_ROW = {"convap_resnet50": "ConvAP R50", "mixvpr_resnet50": "MixVPR R50", "
              "boq_dinov2": "BoQ DINOv2", "image_dinov2": "ImAge", "boq_resnet50": None,
              "cosplace_resnet50": None, "netvlad_resnet50": None, "edtformer_dinov2": None,
              "supervlad_dinov2": None, "cricavpr_dinov2": None, "salad_cliquemining": None,
-             "selavprpp_dinov2": None, "fol_dinov2": None}
+             "selavprpp_dinov2": None, "fol_dinov2": None,
+             "delg_gem_resnet101_gldv2": None, "gsp_cub200": None}
 #: recipe -> its row label in REFERENCE.md section 5 (descriptor size in parentheses)
 RESULT_ROW = {"convap_resnet50": "ResNet50-ConvAP", "mixvpr_resnet50": "ResNet50-MixVPR",
               "salad_dinov2": "DINOv2-SALAD", "boq_dinov2": "DINOv2-BoQ", "boq_resnet50": "ResNet50-BoQ",
@@ -115,6 +117,30 @@ def test_clique_mining_recipe_matches_its_reference_entry(tmp_path: Path) -> Non
     assert cfg.head._target_.endswith("SALAD") and cfg.backbone.frozen_stages == 8  # last 4 of 12 blocks
 
 
+def test_delg_recipe_matches_its_reference_entry(tmp_path: Path) -> None:
+    """conf/experiment/delg_gem_resnet101_gldv2.yaml against REFERENCE.md's "DELG global training" facts (section 9)."""
+    if not REFERENCE.is_file():
+        pytest.skip(f"{REFERENCE} not found")
+    text = " ".join(REFERENCE.read_text().split())
+    entry = text[text.index("DELG global training"):][:400]
+    p, whiten, margin, scale, lr = re.search(
+        r"GeM p = ([\d.]+), (\d+)-D FC whitening, ArcFace margin ([\d.]+) \(radians\), scale initialised at "
+        r"sqrt\(2048\) = ([\d.]+), SGD momentum 0.9, lr ([\d.]+) linear decay", entry).groups()
+    cfg = compose_train(["experiment=delg_gem_resnet101_gldv2"], tmp_path)
+    assert cfg.head._target_.endswith(".GeM") and cfg.head.p == float(p) and not cfg.head.learn_p
+    assert cfg.head.whiten == int(whiten)
+    assert cfg.loss.loss._target_.endswith("ArcFaceLoss")
+    assert math.radians(cfg.loss.loss.margin) == pytest.approx(float(margin), abs=1e-6)  # the config is in degrees
+    assert cfg.loss.loss.scale == pytest.approx(float(scale))
+    assert cfg.optimizer._target_ == "torch.optim.SGD" and cfg.optimizer.lr == pytest.approx(float(lr))
+    assert cfg.optimizer.momentum == pytest.approx(0.9)
+    assert cfg.scheduler._target_.endswith("linear_decay") and cfg.scheduler.end_factor == 0.0
+    assert cfg.scheduler.decay_steps is None  # to zero at the end of the run
+    assert cfg.backbone.model_name == "resnet101"
+    assert cfg.data.train._target_.endswith("ClassImagesDataset")
+    assert cfg.data.train.images._target_ == "aggzoo.data.gldv2.read_gldv2_clean"
+
+
 def _trainable_blocks(model) -> int:
     blocks = model.backbone.model.blocks
     return sum(any(p.requires_grad for p in block.parameters()) for block in blocks)
@@ -138,7 +164,11 @@ def test_recipe_descriptor_size_matches_reference(recipe: str, tmp_path: Path) -
 def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> None:
     cfg, model = _published_network(recipe, tmp_path)
     name = cfg.backbone.model_name
-    if name == "resnet50":  # REFERENCE section 2: layer3 (1024 ch) for MixVPR/BoQ/NetVLAD, layer4 for ConvAP/CosPlace
+    if name in ("resnet101", "resnetv2_50"):  # DELG's global branch; GSP's ResNet50V2: the last block, all trained
+        assert model.backbone.out_channels == 2048 and cfg.backbone.frozen_stages == 0
+        assert all(p.requires_grad for p in model.backbone.parameters())
+        assert model.out_dim == {"delg_gem_resnet101_gldv2": 2048, "gsp_cub200": 512}[recipe]
+    elif name == "resnet50":  # REFERENCE section 2: layer3 (1024 ch) for MixVPR/BoQ/NetVLAD, layer4 for ConvAP/CosPlace
         expected = 2048 if recipe in ("convap_resnet50", "cosplace_resnet50") else 1024
         assert model.backbone.out_channels == expected
         frozen = {n.split(".")[1] for n, p in model.backbone.named_parameters() if not p.requires_grad}
@@ -166,6 +196,8 @@ def test_recipe_builds_the_published_network(recipe: str, tmp_path: Path) -> Non
 #: tiny stand-ins per backbone family (the recipe keeps its head, optimiser, schedule and augmentation)
 STAND_INS = {
     "resnet50": ["backbone.model_name=test_resnet", "backbone.pretrained=false"],
+    "resnet101": ["backbone.model_name=test_resnet", "backbone.pretrained=false"],
+    "resnetv2_50": ["backbone.model_name=test_resnet", "backbone.pretrained=false"],
     "vit_base_patch14_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
                                 "backbone.frozen_stages=4"],
     "vit_large_patch14_dinov2": ["backbone.model_name=test_vit", "backbone.pretrained=false",
@@ -177,16 +209,26 @@ HEAD_FIT = {"mixvpr_resnet50": ["head.in_h=2", "head.in_w=3"], "salad_dinov2": [
             # clique mining with the model being trained (the recipe's released SALAD is not here), a 2-batch pool
             "salad_cliquemining": ["++head.num_clusters=4", "data.clique_mining.descriptor_model=null",
                                    "data.clique_mining.num_batches=2"],
-            "cricavpr_dinov2": ["++head.grids=[1,2]"], "fol_dinov2": ["++head.num_clusters=4"]}  # a 2 x 3 map at 32 x 48 holds no 3 x 3 grid
+            "cricavpr_dinov2": ["++head.grids=[1,2]"],  # a 2 x 3 map at 32 x 48 holds no 3 x 3 grid
+            "fol_dinov2": ["++head.num_clusters=4"],
+            "gsp_cub200": ["head.num_prototypes=8"]}  # the tiny landmark set holds 29 images, fewer than 64
+
+
+#: recipes that train every backbone weight (DELG's global branch, GSP's ResNet50V2)
+WHOLE_BACKBONE = {"delg_gem_resnet101_gldv2", "gsp_cub200"}
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_trains_a_step_on_tiny_stand_ins(recipe: str, tiny_data, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGGZOO_DATA", str(tiny_data.root))
-    model_name = compose_train([f"experiment={recipe}"], tmp_path).backbone.model_name
+    recipe_cfg = compose_train([f"experiment={recipe}"], tmp_path)
+    model_name = recipe_cfg.backbone.model_name
+    # Place data: the tiny city's GSV-Cities split; class-labelled data: the tiny landmark set (2 images per class)
+    data = ([f"data.train.root={tiny_data.gsv}"] if "root" in recipe_cfg.data.train else
+            ["data=synthetic_landmarks", "synthetic_landmarks=tiny", "data.train.img_per_class=2"])
     overrides = [f"experiment={recipe}", *STAND_INS[model_name], *HEAD_FIT.get(recipe, []), "synthetic=tiny",
-                 f"data.train.root={tiny_data.gsv}", "data.places_per_batch=4", "data.num_workers=0",
+                 *data, "data.places_per_batch=4", "data.num_workers=0",
                  "data.image_size=[32,48]", "data.eval_image_size=[32,48]", "benchmark@val_benchmarks=[]",
                  "benchmark@test_benchmarks=[]", "evaluate_baseline=false", "trainer.precision=32-true",
                  "trainer.max_epochs=1", "trainer.limit_train_batches=1", "trainer.accelerator=cpu",
@@ -208,6 +250,10 @@ def test_recipe_trains_a_step_on_tiny_stand_ins(recipe: str, tiny_data, tmp_path
     model = trainer.lightning_module.model
     frozen = {n.rsplit(".", 1)[0] for n, p in model.named_parameters() if not p.requires_grad}
     frozen_state = [k for k in before if k.rsplit(".", 1)[0] in frozen]
-    assert frozen_state and not [k for k in frozen_state if k in changed or k.endswith("num_batches_tracked")
+    if recipe in WHOLE_BACKBONE:
+        assert not [k for k in frozen_state if k.startswith("backbone.")]
+    else:
+        assert frozen_state
+    assert not [k for k in frozen_state if k in changed or k.endswith("num_batches_tracked")
                                  and not torch.equal(before[k], after[k])]
     assert type(trainer.optimizers[0]).__name__ == instantiate(cfg.optimizer).func.__name__

@@ -22,10 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
 
+from aggzoo.data.grouped_images import GroupedImagesDataset
 from aggzoo.data.image_policy import ImagePolicy
-from aggzoo.data.images import ImageReadError
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 __all__ = ["GSVCitiesDataset", "GSVImage", "gsv_image_name", "read_gsv_city"]
@@ -81,7 +80,7 @@ def read_gsv_city(root: Path, city: str, city_index: int) -> list[GSVImage]:
     return images
 
 
-class GSVCitiesDataset(Dataset):
+class GSVCitiesDataset(GroupedImagesDataset):
     """Places of one or more GSV-Cities cities, each giving ``img_per_place`` images.
 
     Args:
@@ -118,7 +117,6 @@ class GSVCitiesDataset(Dataset):
         bad_images: ImagePolicy | str = "skip",
     ) -> None:
         self.root = Path(root)
-        self.bad_images = ImagePolicy.coerce(bad_images)
         if not (self.root / "Dataframes").is_dir() or not (self.root / "Images").is_dir():
             raise DatasetLayoutError(f"GSV-Cities folder {self.root} lacks Dataframes/ or Images/\n{_LAYOUT}")
         if cities is None:
@@ -128,14 +126,9 @@ class GSVCitiesDataset(Dataset):
         if img_per_place < 2:
             raise ValueError(f"img_per_place must be >= 2 (a place needs a positive pair), got {img_per_place}")
         self.cities = list(cities)
-        self.img_per_place = img_per_place
         self.min_img_per_place = img_per_place if min_img_per_place is None else min_img_per_place
         if self.min_img_per_place < img_per_place:
             raise ValueError("min_img_per_place must be >= img_per_place")
-        self.random_sample_from_each_place = random_sample_from_each_place
-        self.transform = transform
-        self.seed = seed
-        self.epoch = 0
 
         by_place: dict[int, list[GSVImage]] = {}
         for index, city in enumerate(self.cities):
@@ -147,12 +140,14 @@ class GSVCitiesDataset(Dataset):
             raise DatasetLayoutError(
                 f"{len(missing)} images listed in {self.root / 'Dataframes'} do not exist, e.g.:\n  {shown}\n{_LAYOUT}")
         # Most recent first, so the deterministic draw takes the newest K images.
-        self.places = {pid: sorted(imgs, key=lambda i: (i.year, i.month), reverse=True)
-                       for pid, imgs in sorted(by_place.items()) if len(imgs) >= self.min_img_per_place}
-        if not self.places:
+        places = {pid: sorted(imgs, key=lambda i: (i.year, i.month), reverse=True)
+                  for pid, imgs in by_place.items() if len(imgs) >= self.min_img_per_place}
+        if not places:
             raise DatasetLayoutError(
                 f"no place in {self.root} has at least {self.min_img_per_place} images; lower img_per_place")
-        self.place_ids = np.array(list(self.places), dtype=np.int64)
+        super().__init__(places, img_per_place=img_per_place,
+                         random_sample_from_each_place=random_sample_from_each_place, transform=transform,
+                         seed=seed, bad_images=bad_images)
 
     def keep_places(self, place_ids: Sequence[int]) -> None:
         """Keep only these places (e.g. the training side of :func:`aggzoo.data.place_split.hold_out_places`)."""
@@ -163,67 +158,5 @@ class GSVCitiesDataset(Dataset):
         self.places = {pid: self.places[pid] for pid in kept}
         self.place_ids = np.array(kept, dtype=np.int64)
 
-    @property
-    def num_images(self) -> int:
-        return sum(len(v) for v in self.places.values())
-
-    def set_epoch(self, epoch: int) -> None:
-        """Make the next epoch's draws depend on ``epoch`` (called by the training module)."""
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return len(self.place_ids)
-
-    def image_paths(self, index: int) -> list[Path]:
-        """The K image paths item ``index`` returns this epoch."""
-        images = self.places[int(self.place_ids[index])]
-        if self.random_sample_from_each_place:
-            rng = np.random.default_rng((self.seed, self.epoch, index))
-            chosen = rng.choice(len(images), size=self.img_per_place, replace=False)
-            return [images[i].path for i in chosen]
-        return [img.path for img in images[: self.img_per_place]]
-
-    def candidate_paths(self, index: int) -> list[Path]:
-        """All images of item ``index``'s place: this epoch's K draw first, then the others in a
-        seeded order (the replacements for unreadable images)."""
-        drawn = self.image_paths(index)
-        rest = [img.path for img in self.places[int(self.place_ids[index])] if img.path not in drawn]
-        if self.random_sample_from_each_place:
-            order = np.random.default_rng((self.seed, self.epoch, index, 1)).permutation(len(rest))
-            rest = [rest[i] for i in order]
-        return drawn + rest
-
-    def _read_place(self, index: int) -> tuple[list[np.ndarray], list[Path]] | None:
-        arrays, used = [], []
-        for path in self.candidate_paths(index):
-            array = self.bad_images.read(path)
-            if array is not None:
-                arrays.append(array)
-                used.append(path)
-                if len(arrays) == self.img_per_place:
-                    return arrays, used
-        return None
-
-    def item(self, index: int) -> tuple[int, list[np.ndarray], list[Path]]:
-        """``(index actually used, K RGB arrays, their paths)`` for item ``index``, after skipping
-        unreadable images (and places) as ``bad_images`` says."""
-        for offset in range(len(self)):
-            used_index = (index + offset) % len(self)
-            found = self._read_place(used_index)
-            if found is not None:
-                if offset:
-                    self.bad_images.record(f"place:{int(self.place_ids[index])}",
-                                           f"fewer than {self.img_per_place} readable images; replaced by "
-                                           f"place {int(self.place_ids[used_index])}")
-                return used_index, *found
-        raise ImageReadError(f"no place in {self.root} has {self.img_per_place} readable images "
-                             f"(skipped files are listed in {self.bad_images.log_path or 'the log'})")
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> images ``[K, 3, H, W]``, labels ``[K]`` (the place id)."""
-        if self.transform is None:
-            raise RuntimeError("GSVCitiesDataset needs a transform to return tensors")
-        used_index, arrays, _ = self.item(index)
-        images = torch.stack([self.transform(a) for a in arrays])
-        label = torch.full((self.img_per_place,), int(self.place_ids[used_index]), dtype=torch.long)
-        return images, label
+    def describe(self) -> str:
+        return str(self.root)

@@ -84,6 +84,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from aggzoo.data.class_labelled import ClassLabelledImages
+
 # The city's renderer pieces (their one home is aggzoo.data.synthetic): drawing primitives, street
 # styles, conditions and camera effects. Only the viewpoint (a perspective camera aimed at a subject
 # building) and the crowns of the landmarks are new here.
@@ -106,7 +108,7 @@ from aggzoo.data.synthetic import (
     _street_style,
     data_cache_dir,
 )
-from aggzoo.errors import ConfigError
+from aggzoo.errors import ConfigError, DatasetFormatError, DatasetLayoutError
 
 __all__ = [
     "COMPLETE_FILE",
@@ -118,6 +120,7 @@ __all__ = [
     "default_landmarks_root",
     "ensure_synthetic_landmarks",
     "generate_synthetic_landmarks",
+    "read_synthetic_landmark_ids",
     "synthetic_landmarks_root",
 ]
 
@@ -694,6 +697,45 @@ def synthetic_landmarks_root(config: SyntheticLandmarksConfig = SyntheticLandmar
     """The (cached) dataset folder of ``config``: ``jpg/`` and ``gnd_synthetic_landmarks.pkl``. What
     ``conf/benchmark/synthetic_landmarks.yaml`` points the revisitop reader at."""
     return ensure_synthetic_landmarks(None, config)
+
+
+def read_synthetic_landmark_ids(root: str | os.PathLike) -> ClassLabelledImages:
+    """The class-labelled database images of a synthetic landmark set: ``<root>/landmark_ids.csv``
+    (``landmark_id,images``, the names space-separated), each name at ``<root>/jpg/<name>.jpg``.
+
+    Queries are not in it. A set generated with another ``seed`` than the benchmark's is a training
+    set disjoint from it (other buildings, other photographs).
+
+    Raises:
+        DatasetLayoutError: the CSV or a listed image is missing.
+        DatasetFormatError: a row that is not ``<int>,<names>``.
+    """
+    root = Path(root)
+    csv_path = root / LANDMARK_IDS_FILE
+    layout = (f"expected a synthetic landmark set: {root}/{LANDMARK_IDS_FILE} (landmark_id,images) and "
+              f"{root}/jpg/<name>.jpg; generate one with python -m aggzoo.data.synthetic_landmarks --root {root}")
+    if not csv_path.is_file():
+        raise DatasetLayoutError(f"{csv_path} not found; {layout}")
+    lines = csv_path.read_text().splitlines()
+    if not lines or lines[0].strip() != "landmark_id,images":
+        raise DatasetFormatError(f"{csv_path}: the header must be 'landmark_id,images'; {layout}")
+    paths: list[Path] = []
+    labels: list[int] = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        class_id, _, names = line.partition(",")
+        try:
+            label = int(class_id)
+        except ValueError:
+            raise DatasetFormatError(f"{csv_path}, line {number}: landmark_id {class_id!r} is not an integer") from None
+        for name in names.split():
+            paths.append(root / "jpg" / f"{name}.jpg")
+            labels.append(label)
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise DatasetLayoutError(f"{len(missing)} images listed in {csv_path} do not exist, e.g. {missing[0]}; {layout}")
+    return ClassLabelledImages(f"{DATASET}_{root.name}", tuple(paths), np.asarray(labels, dtype=np.int64))
 
 
 def main(argv: list[str] | None = None) -> int:

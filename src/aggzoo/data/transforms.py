@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
-__all__ = ["CentreCropToMultiple", "train_transform", "eval_transform", "Transform"]
+__all__ = ["CentreCropToMultiple", "Transform", "eval_transform", "inception_crop", "train_transform"]
 
 Transform = Callable[[np.ndarray], torch.Tensor]
 
@@ -134,3 +134,31 @@ class CentreCropToMultiple:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.transform!r}, multiple={self.multiple})"
+
+
+def inception_crop(
+    image_size: Sequence[int],
+    *,
+    mean: Sequence[float] = IMAGENET_DEFAULT_MEAN,
+    std: Sequence[float] = IMAGENET_DEFAULT_STD,
+    scale: Sequence[float] = (0.1, 1.0),
+    ratio: Sequence[float] = (3 / 4, 4 / 3),
+    interpolation: str = "area",
+) -> Transform:
+    """ImageNet-style ("Inception") random crop, resized to ``image_size = (H, W)``, then normalised; no flip,
+    no photometric change: DELG's training augmentation (tensorflow/models research/delf
+    ``datasets/googlelandmarks.py`` ``_ImageNetCrop``: ``sample_distorted_bounding_box`` with area 0.08-1.0 of
+    which at least ``min_object_covered`` 0.1 -- so ``scale`` 0.1-1.0 --, aspect 3/4-4/3, area resize,
+    ``random_reflection`` False).
+
+    Args:
+        scale: the crop's area as a fraction of the image's, drawn uniformly in this range.
+        ratio: the crop's aspect ratio (width / height), drawn log-uniformly in this range.
+    """
+    if interpolation not in _INTERPOLATION:
+        raise ValueError(f"interpolation must be one of {sorted(_INTERPOLATION)}, got {interpolation!r}")
+    return _Pipeline(A.Compose([
+        A.RandomResizedCrop(size=(int(image_size[0]), int(image_size[1])), scale=tuple(scale), ratio=tuple(ratio),
+                            interpolation=_INTERPOLATION[interpolation], p=1.0),
+        A.Normalize(mean=tuple(mean), std=tuple(std), max_pixel_value=255.0),
+    ]))

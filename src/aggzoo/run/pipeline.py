@@ -54,7 +54,8 @@ from aggzoo.training.interrupt import StoppedByCtrlC
 from aggzoo.training.module import VPRLightningModule
 from aggzoo.training.timing import StepTimer
 
-__all__ = ["TrainingParts", "build_training", "clique_mining_options", "compose_run_config", "module_options", "train"]
+__all__ = ["TrainingParts", "build_loss", "build_training", "clique_mining_options", "compose_run_config",
+           "module_options", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +115,28 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
                                eval_batch_size=cfg.eval_batch_size, seed=cfg.seed,
                                clique_mining=clique_mining_options(cfg))
     supplied = {
-        "loss": instantiate(cfg.loss), "optimizer": instantiate(cfg.optimizer),
+        "loss": build_loss(cfg.loss, train_dataset, model), "optimizer": instantiate(cfg.optimizer),
         "scheduler": instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
         "val_sets": {name: (s.num_database, s.positives) for name, s in val_sets.items()},
         "recall_ks": tuple(cfg.recall_ks),
     }
     module = VPRLightningModule(model, **supplied, **module_options(cfg, supplied=supplied.keys()))
     return TrainingParts(model, module, datamodule, test_sets, test_transform)
+
+
+def build_loss(node: DictConfig, train_dataset: Any, model: VPRModel) -> torch.nn.Module:
+    """``cfg.loss``, completed with the sizes from the data and the model when it is a ``partial``
+    (a margin loss, ``conf/loss/arcface.yaml``: its class weights are ``[model.out_dim, num_classes]``,
+    ``num_classes`` being the training set's number of classes)."""
+    loss = instantiate(node)
+    if not isinstance(loss, partial):
+        return loss
+    num_classes = getattr(train_dataset, "num_classes", None)
+    if num_classes is None:
+        raise ConfigError(f"loss={str(node.get('_target_', '?')).rsplit('.', 1)[-1]} is a classification loss: it needs "
+                          f"a class-labelled training set (data=synthetic_landmarks, data=gldv2_clean, ...), not "
+                          f"{type(train_dataset).__name__}; use a pair loss (loss=multisimilarity) with place data")
+    return loss(num_classes=int(num_classes), embedding_size=int(model.out_dim))
 
 
 def clique_mining_options(cfg: DictConfig) -> CliqueMiningOptions | None:
@@ -315,7 +331,8 @@ def _train(cfg: DictConfig, launch_dir: Path, held: list[Path]) -> dict[str, Any
             results["baseline"] = baseline.results
         if baseline.pooling_results:
             results["baseline_global_pooling"] = baseline.pooling_results
-        chosen = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
+        chosen = bool(getattr(trainer.checkpoint_callback, "best_model_path", "")
+                      and getattr(trainer.checkpoint_callback, "monitor", None))
         print(_comparison_table(table_rows, chosen_on_validation=chosen))
         if notes := result_notes(trained):
             print("\n".join(notes))

@@ -501,9 +501,10 @@ def after_training(trainer: Any, policy: ImagePolicy) -> dict[str, Any]:
     out: dict[str, Any] = {}
     skipped = policy.finalize()
     if skipped:
-        places = [k for k in skipped if k.startswith("place:")]
-        files = len(skipped) - len(places)
-        dropped = f" and replaced {len(places)} places left with too few readable images" if places else ""
+        groups = [k for k in skipped if k.startswith(("place:", "class:"))]  # training items, not files
+        files = len(skipped) - len(groups)
+        kind = "classes" if groups and all(k.startswith("class:") for k in groups) else "places"
+        dropped = f" and replaced {len(groups)} {kind} left with too few readable images" if groups else ""
         print(f"note: skipped {files} unreadable training images{dropped}; listed in {policy.log_path}")
         out["bad_images"] = skipped
     interrupt = next((c for c in trainer.callbacks if isinstance(c, GracefulInterrupt) and c.saved_path), None)

@@ -95,7 +95,9 @@ def closing_for(cfg: DictConfig, trainer: L.Trainer, run_dir: Path) -> list[str]
     from hydra.core.hydra_config import HydraConfig
 
     ckpt = trainer.checkpoint_callback
-    best = Path(ckpt.best_model_path) if ckpt is not None and getattr(ckpt, "best_model_path", "") else None
+    # Without a monitored metric (monitor: null, no validation set) ModelCheckpoint's "best" is only its newest file.
+    chosen = ckpt is not None and getattr(ckpt, "best_model_path", "") and getattr(ckpt, "monitor", None)
+    best = Path(ckpt.best_model_path) if chosen else None
     last = Path(ckpt.last_model_path) if ckpt is not None and getattr(ckpt, "last_model_path", "") else None
     score = getattr(ckpt, "best_model_score", None)
     extra = []

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, default_collate
 
-from aggzoo.data.gsv_cities import GSVCitiesDataset
+from aggzoo.data.grouped_images import GroupedImagesDataset
 from aggzoo.data.image_policy import ImagePolicy
 from aggzoo.data.retrieval_set import ImageListDataset, RetrievalSet
 from aggzoo.data.transforms import Transform
@@ -64,7 +64,8 @@ class VPRDataModule(L.LightningDataModule):
     descriptors back), so a run on W devices sees the data of a run on one.
 
     Args:
-        train_dataset: the training places (its transform already set).
+        train_dataset: the training places, or classes (:class:`~aggzoo.data.class_batches.ClassImagesDataset`:
+            P classes x m images per step), its transform already set.
         val_sets: name -> retrieval set evaluated every epoch (may be empty).
         eval_transform: resize + normalise for validation and for feature sampling.
         places_per_batch: P, global over all devices (the recipe's batch size).
@@ -78,7 +79,7 @@ class VPRDataModule(L.LightningDataModule):
             (:meth:`state_dict`), so a resumed run reads the same batches.
     """
 
-    def __init__(self, *, train_dataset: GSVCitiesDataset, val_sets: Mapping[str, RetrievalSet],
+    def __init__(self, *, train_dataset: GroupedImagesDataset, val_sets: Mapping[str, RetrievalSet],
                  eval_transform: Transform, places_per_batch: int = 32, num_workers: int = 0,
                  eval_batch_size: int = 64, seed: int = 0, clique_mining: CliqueMiningOptions | None = None) -> None:
         super().__init__()

@@ -1,6 +1,11 @@
-"""Metric-learning objective: a pytorch-metric-learning loss and its miner, injected from config."""
+"""Training objectives injected from config: a pytorch-metric-learning pair loss and its miner
+(:class:`MetricLoss`), a margin classification loss with its own class weights (:class:`MarginLoss`),
+SelaVPR++'s hashing objective (:class:`HashingLoss`) and FoL's objective (:class:`FoLLoss`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -9,7 +14,7 @@ from torch import Tensor, nn
 
 from aggzoo.models.heads.fol import FoLOutputs
 
-__all__ = ["FoLLoss", "HashingLoss", "MetricLoss"]
+__all__ = ["FoLLoss", "HashingLoss", "MarginLoss", "MetricLoss", "loss_parameter_groups"]
 
 
 class MetricLoss(nn.Module):
@@ -221,3 +226,55 @@ class FoLLoss(nn.Module):
                 total = total + (1 - F.cosine_similarity(anchor, positive, dim=0)) * similarity * self.ws_scale
             count += len(pairs)
         return total / count if count else total
+
+
+class MarginLoss(nn.Module):
+    """A classification loss with a margin and its own class weights: ``loss(descriptors [N, D],
+    labels [N]) -> scalar``, labels in ``0 .. num_classes-1``.
+
+    The losses are pytorch-metric-learning's ``ArcFaceLoss`` (Deng et al., CVPR 2019), ``CosFaceLoss``
+    (Wang et al., CVPR 2018) and ``SubCenterArcFaceLoss`` (Deng et al., ECCV 2020), which hold the class
+    weights ``W [D, num_classes]`` (``[D, num_classes * sub_centers]``). Those weights train with the
+    model (they are in the training checkpoint, so a resumed run continues them) but are no part of
+    the retrieval model: :func:`aggzoo.hub.checkpoint.unwrap_checkpoint`, export and ``save_pretrained``
+    keep only ``model.*``. They get their own optimiser group (:func:`loss_parameter_groups`), with the
+    learning rate and weight decay the recipe gives them.
+
+    Units: pytorch-metric-learning's ArcFace margin is in **degrees** (``numpy.radians`` inside);
+    CosFace's is a cosine offset. Configs state the paper's value and its unit beside the number.
+
+    Args:
+        loss: ``partial`` of the loss without its sizes (``conf/loss/arcface.yaml``); called with
+            ``num_classes`` and ``embedding_size``.
+        num_classes: ``C``, from the training data (:attr:`~aggzoo.data.class_batches.ClassImagesDataset.num_classes`).
+        embedding_size: ``D``, the descriptor size (the model's ``out_dim``).
+        lr_multiplier: the class weights' learning rate as a factor of the optimiser's.
+        weight_decay: their weight decay (``None``: the optimiser's).
+    """
+
+    def __init__(self, loss: Callable[..., nn.Module], *, num_classes: int, embedding_size: int,
+                 lr_multiplier: float = 1.0, weight_decay: float | None = 0.0) -> None:
+        super().__init__()
+        self.loss = loss(num_classes=num_classes, embedding_size=embedding_size)
+        self.num_classes = num_classes
+        self.lr_multiplier = float(lr_multiplier)
+        self.weight_decay = weight_decay
+
+    def forward(self, descriptors: Tensor, labels: Tensor) -> Tensor:
+        # Cosines, margins and the scaled softmax in fp32 (scale ~45-64 makes half precision logits coarse).
+        with torch.autocast(device_type=descriptors.device.type, enabled=False):
+            return self.loss(descriptors.float(), labels)
+
+
+def loss_parameter_groups(loss: nn.Module, *, base_lr: float) -> list[dict[str, Any]]:
+    """The optimiser group of a loss's own trainable parameters (a :class:`MarginLoss`'s class weights),
+    named ``loss``: ``[]`` for a loss without parameters (:class:`MetricLoss`)."""
+    params = [p for p in loss.parameters() if p.requires_grad]
+    if not params:
+        return []
+    group: dict[str, Any] = {"params": params, "lr": base_lr * float(getattr(loss, "lr_multiplier", 1.0)),
+                             "name": "loss"}
+    weight_decay = getattr(loss, "weight_decay", None)
+    if weight_decay is not None:
+        group["weight_decay"] = float(weight_decay)
+    return [group]

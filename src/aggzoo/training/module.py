@@ -23,7 +23,7 @@ from torch import Tensor
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 from aggzoo.models.vpr_model import VPRModel
-from aggzoo.training.losses import MetricLoss
+from aggzoo.training.losses import MarginLoss, MetricLoss, loss_parameter_groups
 
 __all__ = ["VPRLightningModule", "declared_parameter_options", "parameter_groups", "enable_gradient_checkpointing",
            "rng_state", "set_rng_state"]
@@ -131,7 +131,8 @@ class VPRLightningModule(L.LightningModule):
 
     Args:
         model: backbone + head.
-        loss: the metric loss (with its miner).
+        loss: the metric loss (with its miner), or a :class:`~aggzoo.training.losses.MarginLoss` whose
+            class weights train in their own optimiser group (``loss``) and are saved in checkpoints.
         optimizer: ``partial`` of a torch optimizer without ``params`` (``conf/optimizer``).
         scheduler: ``partial`` of a factory in :mod:`aggzoo.training.schedulers` or ``None``.
         lr_multipliers, no_weight_decay: added to what the heads declare; see :func:`parameter_groups`.
@@ -148,7 +149,7 @@ class VPRLightningModule(L.LightningModule):
             dict of ``torch.compile`` keyword arguments (``{"mode": "max-autotune"}``).
     """
 
-    def __init__(self, model: VPRModel, *, loss: MetricLoss, optimizer: Callable[..., torch.optim.Optimizer],
+    def __init__(self, model: VPRModel, *, loss: MetricLoss | MarginLoss, optimizer: Callable[..., torch.optim.Optimizer],
                  scheduler: Callable[..., Any] | None = None, lr_multipliers: Mapping[str, float] | None = None,
                  no_weight_decay: Sequence[str] = (),
                  val_sets: Mapping[str, tuple[int, Sequence[np.ndarray]]] | None = None,
@@ -218,7 +219,8 @@ class VPRLightningModule(L.LightningModule):
         descriptors = self.describe(images.flatten(0, 1))
         loss = self._half_loss(descriptors, labels)
         self.log("train/loss", loss, prog_bar=True, batch_size=labels.numel())
-        self.log("train/mined_fraction", self.loss.last_mined_fraction, batch_size=labels.numel())
+        if isinstance(self.loss, MetricLoss):  # a margin loss mines nothing
+            self.log("train/mined_fraction", self.loss.last_mined_fraction, batch_size=labels.numel())
         # No rescaling under gather_loss: every rank computes the same global loss L, the all-gather's
         # backward sums the W ranks' dL/d(own rows) (W x the true gradient) and DDP's mean divides by W.
         return loss
@@ -264,8 +266,9 @@ class VPRLightningModule(L.LightningModule):
         base_lr = getattr(self.optimizer_factory, "keywords", {}).get("lr")
         if base_lr is None:
             raise ValueError("the optimizer config must set lr")
-        optimizer = self.optimizer_factory(parameter_groups(
-            self.model, base_lr=base_lr, lr_multipliers=self.lr_multipliers, no_weight_decay=self.no_weight_decay))
+        groups = parameter_groups(self.model, base_lr=base_lr, lr_multipliers=self.lr_multipliers,
+                                  no_weight_decay=self.no_weight_decay)
+        optimizer = self.optimizer_factory([*groups, *loss_parameter_groups(self.loss, base_lr=base_lr)])
         if self.scheduler_factory is None:
             return optimizer
         total_steps, steps_per_epoch = self._run_length()
