@@ -117,7 +117,7 @@ def build_training(cfg: DictConfig, model_cfg: Mapping[str, Any] | None = None) 
     supplied = {
         "loss": build_loss(cfg.loss, train_dataset, model), "optimizer": instantiate(cfg.optimizer),
         "scheduler": instantiate(cfg.scheduler) if cfg.get("scheduler") else None,
-        "val_sets": {name: (s.num_database, s.positives) for name, s in val_sets.items()},
+        "val_sets": {name: (s.num_database, s.positives, s.queries_are_database) for name, s in val_sets.items()},
         "recall_ks": tuple(cfg.recall_ks),
     }
     module = VPRLightningModule(model, **supplied, **module_options(cfg, supplied=supplied.keys()))

@@ -196,7 +196,7 @@ class VPRDataModule(L.LightningDataModule):
                           pin_memory=torch.cuda.is_available(), generator=self._generator())
 
     def val_dataloader(self) -> list[DataLoader]:
-        return [self._eval_loader(ImageListDataset(s.database_paths + s.query_paths, self.eval_transform))
+        return [self._eval_loader(ImageListDataset(list(s.image_paths), self.eval_transform))
                 for s in self.val_sets.values()]
 
     def feature_sample_dataloader(self, num_images: int, *, seed: int = 0) -> DataLoader:

@@ -137,7 +137,9 @@ class VPRLightningModule(L.LightningModule):
         scheduler: ``partial`` of a factory in :mod:`aggzoo.training.schedulers` or ``None``.
         lr_multipliers, no_weight_decay: added to what the heads declare; see :func:`parameter_groups`.
         val_sets: name -> (num_database, positives) of each validation set, in the order of
-            the data module's validation loaders.
+            the data module's validation loaders; a third item ``True`` marks a set searched against itself
+            (``RetrievalSet.queries_are_database``, the metric-learning protocol: its loader holds the
+            ``num_database`` images once, and each query's own image is left out of its results).
         recall_ks: the k of the logged Recall@k.
         head_fp32: run the head in fp32 with autocast off (the backbone stays in mixed precision).
             The heads already keep their delicate operations (GeM's power, Sinkhorn, softmax
@@ -356,20 +358,23 @@ class VPRLightningModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         from aggzoo.evaluation.metrics.recall import recall_at_k
-        from aggzoo.evaluation.search import search
+        from aggzoo.evaluation.search import search, search_without_self
 
-        for index, (name, (num_db, positives)) in enumerate(self.val_sets.items()):
+        for index, (name, (num_db, positives, *self_searched)) in enumerate(self.val_sets.items()):
+            self_searched = bool(self_searched and self_searched[0])
             parts = self._val_parts[index] if index < len(self._val_parts) else []
-            full = self._gather_rows(parts, num_db + len(positives))
+            full = self._gather_rows(parts, num_db if self_searched else num_db + len(positives))
             if full is None:  # limited validation batches (sanity check, limit_val_batches)
                 log.info("validation on %s covered only part of the set: Recall@k not computed", name)
                 continue
             descriptors = full.cpu().numpy()
-            k = min(max(self.recall_ks), num_db)
-            predictions = search(descriptors[:num_db], descriptors[num_db:], k)
+            candidates = num_db - int(self_searched)  # a query is not its own candidate
+            k = min(max(self.recall_ks), candidates)
+            predictions = (search_without_self(descriptors, k) if self_searched
+                           else search(descriptors[:num_db], descriptors[num_db:], k))
             self.val_predictions[name] = predictions
             # The one rule of evaluation.metrics.recall.ks_beyond_database: a k above the set's size is R@num_db.
-            recalls = recall_at_k(predictions, positives, ks=self.recall_ks, num_database=num_db)
+            recalls = recall_at_k(predictions, positives, ks=self.recall_ks, num_database=candidates)
             for k_, value in recalls.items():
                 self.log(f"val/{name}/R@{k_}", value, prog_bar=(k_ == 1), add_dataloader_idx=False, sync_dist=True)
             if index == 0:
