@@ -32,7 +32,7 @@ from aggzoo.data.class_labelled import ClassLabelledImages
 from aggzoo.data.layout import require_dir, require_file
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
-__all__ = ["GLDV2_LAYOUT", "GLDV2_SOURCE", "gldv2_image_path", "read_gldv2_clean"]
+__all__ = ["GLDV2_LAYOUT", "GLDV2_SOURCE", "gldv2_image_path", "landmark_rows", "read_gldv2_clean"]
 
 GLDV2_LAYOUT = ("<root>/train_clean.csv (header landmark_id,images; image ids separated by spaces) and "
                 "<root>/train/<a>/<b>/<c>/<id>.jpg (a, b, c: the first three characters of the id)")
@@ -45,6 +45,38 @@ _ID = re.compile(r"[0-9A-Za-z]{3,}")
 def gldv2_image_path(root: Path, image_id: str) -> Path:
     """``<root>/train/<a>/<b>/<c>/<id>.jpg``."""
     return root / "train" / image_id[0] / image_id[1] / image_id[2] / f"{image_id}.jpg"
+
+
+def landmark_rows(csv_path: Path, layout: str, image_id: re.Pattern = _ID,
+                  image_id_rule: str = "letters and digits (3 or more)") -> list[tuple[int, list[str]]]:
+    """The rows of a ``landmark_id,images`` CSV (GLDv2's ``train_clean.csv`` format, also the synthetic landmark
+    set's ``landmark_ids.csv``): ``[(landmark_id, [image ids])]`` in file order.
+
+    Raises:
+        DatasetFormatError: the header is not ``landmark_id,images``, or a row is not ``<int>,<id> <id> ...`` with
+            ids matching ``image_id`` (``image_id_rule`` in words); the message names the line and ``layout``.
+    """
+    rows: list[tuple[int, list[str]]] = []
+    with csv_path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = [c.strip() for c in next(reader, [])]
+        if header != ["landmark_id", "images"]:
+            raise DatasetFormatError(f"{csv_path}: the header is {header}, expected ['landmark_id', 'images']. "
+                                     f"Expected layout: {layout}.")
+        for line, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            try:
+                landmark, images = int(row[0]), row[1].split()
+            except (IndexError, ValueError):
+                raise DatasetFormatError(f"{csv_path}, line {line}: expected <landmark_id>,<id> <id> ..., got "
+                                         f"{','.join(row)[:200]!r}. Expected layout: {layout}.") from None
+            bad = next((i for i in images if not image_id.fullmatch(i)), None)
+            if bad is not None or len(row) != 2 or not images:
+                raise DatasetFormatError(f"{csv_path}, line {line}: image ids must be {image_id_rule}, got "
+                                         f"{bad or row[1:]!r}. Expected layout: {layout}.")
+            rows.append((landmark, images))
+    return rows
 
 
 def read_gldv2_clean(
@@ -75,27 +107,10 @@ def read_gldv2_clean(
     require_dir(root / "train", "GLDv2 image folder", GLDV2_LAYOUT, GLDV2_SOURCE)
     ids: list[str] = []
     labels: list[int] = []
-    with csv_path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
-        header = [c.strip() for c in next(reader, [])]
-        if header != ["landmark_id", "images"]:
-            raise DatasetFormatError(f"{csv_path}: the header is {header}, expected ['landmark_id', 'images']. "
-                                     f"Expected layout: {GLDV2_LAYOUT}.")
-        for line, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            try:
-                landmark, images = int(row[0]), row[1].split()
-            except (IndexError, ValueError):
-                raise DatasetFormatError(f"{csv_path}, line {line}: expected <landmark_id>,<id> <id> ..., got "
-                                         f"{','.join(row)[:200]!r}. Expected layout: {GLDV2_LAYOUT}.") from None
-            bad = next((i for i in images if not _ID.fullmatch(i)), None)
-            if bad is not None or len(row) != 2 or not images:
-                raise DatasetFormatError(f"{csv_path}, line {line}: image ids must be letters and digits (3 or "
-                                         f"more), got {bad or row[1:]!r}. Expected layout: {GLDV2_LAYOUT}.")
-            if len(images) >= min_images_per_landmark:
-                ids += images
-                labels += [landmark] * len(images)
+    for landmark, images in landmark_rows(csv_path, GLDV2_LAYOUT):
+        if len(images) >= min_images_per_landmark:
+            ids += images
+            labels += [landmark] * len(images)
     if not ids:
         raise DatasetFormatError(f"{csv_path}: lists no landmark with at least {min_images_per_landmark} images. "
                                  f"Expected layout: {GLDV2_LAYOUT}.")

@@ -74,6 +74,7 @@ import json
 import math
 import os
 import pickle
+import re
 import shutil
 import sys
 import time
@@ -85,6 +86,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from aggzoo.data.class_labelled import ClassLabelledImages
+from aggzoo.data.gldv2 import landmark_rows
 
 # The city's renderer pieces (their one home is aggzoo.data.synthetic): drawing primitives, street
 # styles, conditions and camera effects. Only the viewpoint (a perspective camera aimed at a subject
@@ -108,7 +110,7 @@ from aggzoo.data.synthetic import (
     _street_style,
     data_cache_dir,
 )
-from aggzoo.errors import ConfigError, DatasetFormatError, DatasetLayoutError
+from aggzoo.errors import ConfigError, DatasetLayoutError
 
 __all__ = [
     "COMPLETE_FILE",
@@ -131,6 +133,7 @@ DATASET = "synthetic_landmarks"
 CONFIG_FILE = "synthetic_config.json"
 COMPLETE_FILE = ".synthetic_landmarks_complete"
 LANDMARK_IDS_FILE = "landmark_ids.csv"
+_NAME = re.compile(r"[0-9A-Za-z_]+")  # an image name in landmark_ids.csv (synthetic_landmarks_<6 digits>)
 GND_FILE = f"gnd_{DATASET}.pkl"
 
 # Scene codes feed the RNG keys; they must never change (they define the images).
@@ -716,22 +719,11 @@ def read_synthetic_landmark_ids(root: str | os.PathLike) -> ClassLabelledImages:
               f"{root}/jpg/<name>.jpg; generate one with python -m aggzoo.data.synthetic_landmarks --root {root}")
     if not csv_path.is_file():
         raise DatasetLayoutError(f"{csv_path} not found; {layout}")
-    lines = csv_path.read_text().splitlines()
-    if not lines or lines[0].strip() != "landmark_id,images":
-        raise DatasetFormatError(f"{csv_path}: the header must be 'landmark_id,images'; {layout}")
     paths: list[Path] = []
     labels: list[int] = []
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        class_id, _, names = line.partition(",")
-        try:
-            label = int(class_id)
-        except ValueError:
-            raise DatasetFormatError(f"{csv_path}, line {number}: landmark_id {class_id!r} is not an integer") from None
-        for name in names.split():
-            paths.append(root / "jpg" / f"{name}.jpg")
-            labels.append(label)
+    for label, names in landmark_rows(csv_path, layout, _NAME, "letters, digits and underscores"):
+        paths += [root / "jpg" / f"{name}.jpg" for name in names]
+        labels += [label] * len(names)
     missing = [p for p in paths if not p.is_file()]
     if missing:
         raise DatasetLayoutError(f"{len(missing)} images listed in {csv_path} do not exist, e.g. {missing[0]}; {layout}")
