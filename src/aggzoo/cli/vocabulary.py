@@ -19,8 +19,7 @@ from pathlib import Path
 from torch import nn
 
 from aggzoo.cli.reporting import reported_user_errors
-from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images
-from aggzoo.errors import DatasetLayoutError
+from aggzoo.data.layout import IMAGE_EXTENSIONS, images_under
 from aggzoo.hub.builder import build_model
 from aggzoo.hub.factory import create_model, is_model
 from aggzoo.training.vocabulary import VocabularyOptions, fit_vocabulary, save_vocabulary
@@ -32,16 +31,7 @@ _LAYOUT = f"a folder holding image files ({', '.join(IMAGE_EXTENSIONS)}; sub-fol
 
 def images_in(folder: str | Path) -> tuple[Path, ...]:
     """The images under ``folder``; a missing, non-folder or image-less path raises :class:`DatasetLayoutError`."""
-    path = Path(folder).expanduser()
-    if not path.is_dir():
-        what = "a file, not a folder" if path.exists() else "no such folder"
-        raise DatasetLayoutError(f"image folder {folder}: {what}. Expected {_LAYOUT}")
-    images = list_images(path)
-    if not images:
-        found = sorted(p.name for p in path.iterdir())[:8]
-        raise DatasetLayoutError(f"image folder {folder} holds no image files (found {found or 'nothing'}). "
-                                 f"Expected {_LAYOUT}")
-    return images
+    return images_under(folder, f"image folder {folder}", _LAYOUT)
 
 
 def with_clusters(model: nn.Module, clusters: int | None) -> nn.Module:

@@ -19,6 +19,7 @@ from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "images_under",
     "list_images",
     "natural_key",
     "require_dir",
@@ -42,6 +43,21 @@ def list_images(folder: str | Path, *, recursive: bool = True, numeric: bool = F
     found = (p for p in (folder.rglob("*") if recursive else folder.iterdir())
              if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
     return tuple(sorted(found, key=natural_key if numeric else None))
+
+
+def images_under(folder: str | Path, name: str, layout: str) -> tuple[Path, ...]:
+    """The images under ``folder`` (:func:`list_images`: recursive, sorted by path); a missing folder, a file or a
+    folder without images raises :class:`DatasetLayoutError` starting with ``name`` (how the user gave the folder)
+    and ending with the expected ``layout``."""
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        what = "a file, not a folder" if path.exists() else "no such folder"
+        raise DatasetLayoutError(f"{name}: {what}. Expected {layout}")
+    images = list_images(path)
+    if not images:
+        found = sorted(p.name for p in path.iterdir())[:8]
+        raise DatasetLayoutError(f"{name} holds no image files (found {found or 'nothing'}). Expected {layout}")
+    return images
 
 
 def _layout_hint(path: Path) -> str:

@@ -41,7 +41,7 @@ from torch import nn
 
 from aggzoo.data.folder import EARTH_RADIUS_M, lat_lon_to_ecef
 from aggzoo.data.image_policy import ImagePolicy, scan_images
-from aggzoo.data.layout import IMAGE_EXTENSIONS, list_images
+from aggzoo.data.layout import IMAGE_EXTENSIONS, images_under
 from aggzoo.data.vg import utm_from_name
 from aggzoo.errors import DatasetFormatError, DatasetLayoutError
 from aggzoo.evaluation.extraction import extract_descriptors
@@ -65,16 +65,7 @@ def image_folder(folder: str | Path | None, role: str) -> tuple[Path, ...]:
     if folder is None or str(folder) == "":
         raise DatasetLayoutError(f"{role}= is not set: without ground truth eval.py needs both folders. "
                                  f"Expected {UNLABELLED_LAYOUT}")
-    path = Path(folder).expanduser()
-    if not path.is_dir():
-        what = "a file, not a folder" if path.exists() else "no such folder"
-        raise DatasetLayoutError(f"{role}={folder}: {what}. Expected {UNLABELLED_LAYOUT}")
-    images = list_images(path)
-    if not images:
-        found = sorted(p.name for p in path.iterdir())[:8]
-        raise DatasetLayoutError(f"{role}={folder} holds no image files (found {found or 'nothing'}). "
-                                 f"Expected {UNLABELLED_LAYOUT}")
-    return images
+    return images_under(folder, f"{role}={folder}", UNLABELLED_LAYOUT)
 
 
 def readable_images(paths: Sequence[Path], policy: ImagePolicy, *, num_workers: int | None = None,
