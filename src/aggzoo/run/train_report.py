@@ -76,7 +76,8 @@ def closing_lines(run_dir: Path, best: Path | None, last: Path | None, *,
             f" = {100 * best_score:.2f} %" if monitor and "R@" in monitor else f" = {best_score:.4g}")
         lines.append(f"best checkpoint:  {_shown(best)} (chosen on {monitor}{score})")
     elif last is not None:
-        lines.append(f"best checkpoint:  none (no validation metric{' ' + monitor if monitor else ''} to choose on: the last checkpoint "
+        metric = f"validation metric {monitor}" if monitor else "validation metric"
+        lines.append(f"best checkpoint:  none (no {metric} to choose on: the last checkpoint "
                      "was tested; add a validation set, e.g. data.val_split, to select one)")
     lines.append(f"last checkpoint:  {_shown(last)}" if last is not None
                  else "last checkpoint:  none (no training step ran)")
