@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from aggzoo.layers.sinkhorn import check_more_features_than_clusters, log_optimal_transport
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
-from aggzoo.models.heads.salad import HIDDEN_DIM, local_mlp, salad_descriptor
+from aggzoo.models.heads.salad import local_mlp, salad_descriptor, token_mlp
 from aggzoo.models.heads.selavpr import LocalAdapt
 
 __all__ = ["FoL", "FoLOutputs", "flatten_peaks"]
@@ -119,8 +119,7 @@ class FoL(Head):
         self.num_clusters, self.cluster_dim, self.token_dim = num_clusters, cluster_dim, token_dim
         self.num_selected, self.local_dim = num_selected, local_dim
         self.out_dim = num_clusters * cluster_dim + token_dim
-        self.token_features = nn.Sequential(nn.Linear(in_channels, HIDDEN_DIM), nn.ReLU(),
-                                            nn.Linear(HIDDEN_DIM, token_dim))
+        self.token_features = token_mlp(in_channels, token_dim)
         self.cluster_features = local_mlp(in_channels, cluster_dim, dropout)
         self.score = local_mlp(in_channels, num_clusters, dropout)
         self.local_adapt = LocalAdapt(in_channels, 256, local_dim)

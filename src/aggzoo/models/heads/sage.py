@@ -44,7 +44,7 @@ from aggzoo.layers.cross_image import CrossImageEncoder
 from aggzoo.layers.power_norm import DynamicPowerNorm
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
-from aggzoo.models.heads.salad import HIDDEN_DIM, local_mlp
+from aggzoo.models.heads.salad import local_mlp, token_mlp
 
 __all__ = ["SAGE", "SoftWeighting", "bilinear_clusters"]
 
@@ -133,8 +133,7 @@ class SAGE(Head):
                              f"encoder_dim={encoder_dim}: choose an encoder_dim that divides {self.out_dim}")
         self.l2_after_encoder = l2_after_encoder
         self.soft_weighting = SoftWeighting(weighting_hidden_dim, weighting_alpha)
-        self.token_features = nn.Sequential(
-            nn.Linear(in_channels, HIDDEN_DIM), nn.ReLU(), nn.Linear(HIDDEN_DIM, token_dim))
+        self.token_features = token_mlp(in_channels, token_dim)
         self.cluster_features = local_mlp(in_channels, cluster_dim, dropout)
         self.score = local_mlp(in_channels, num_clusters, dropout)
         self.gpn = DynamicPowerNorm(num_clusters, num_clusters // 2)

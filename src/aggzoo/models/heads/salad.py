@@ -29,10 +29,16 @@ from aggzoo.layers.sinkhorn import check_more_features_than_clusters, log_optima
 from aggzoo.models.features import Features
 from aggzoo.models.heads.base import Head
 
-__all__ = ["HIDDEN_DIM", "SALAD", "local_mlp", "salad_descriptor"]
+__all__ = ["HIDDEN_DIM", "SALAD", "local_mlp", "salad_descriptor", "token_mlp"]
 
 #: Hidden width of SALAD's three MLPs (fixed in the paper and in MegaLoc).
 HIDDEN_DIM = 512
+
+
+def token_mlp(in_channels: int, token_dim: int) -> nn.Sequential:
+    """``C_in -> 512 -> token_dim`` linear layers with a ReLU between: the global (CLS) token's MLP of SALAD and of
+    the heads built on it (SAGE, FoL). Keys ``.0`` and ``.2`` as upstream's ``token_features``."""
+    return nn.Sequential(nn.Linear(in_channels, HIDDEN_DIM), nn.ReLU(), nn.Linear(HIDDEN_DIM, token_dim))
 
 
 def local_mlp(in_channels: int, out_channels: int, dropout: float) -> nn.Sequential:
@@ -97,9 +103,7 @@ class SALAD(Head):
         self.cluster_dim = cluster_dim
         self.token_dim = token_dim
         self.out_dim = num_clusters * cluster_dim + token_dim
-        self.token_features = nn.Sequential(
-            nn.Linear(in_channels, HIDDEN_DIM), nn.ReLU(), nn.Linear(HIDDEN_DIM, token_dim)
-        )
+        self.token_features = token_mlp(in_channels, token_dim)
         self.cluster_features = local_mlp(in_channels, cluster_dim, dropout)
         self.score = local_mlp(in_channels, num_clusters, dropout)
         self.dust_bin = nn.Parameter(torch.tensor(1.0))
